@@ -1,0 +1,48 @@
+//! The seam between the scheduler and a model runtime.
+//!
+//! Two traits because the two halves live on different threads: a [`Tokenizer`] is shared
+//! by every caller (tokenizing at `submit` keeps that work off the engine thread and lets
+//! context overflows be rejected before queueing), while the [`Executor`] owns the mutable
+//! inference state and never leaves the engine thread.
+
+use crate::chat::ChatTemplate;
+use crate::request::SamplingParams;
+
+pub type TokenId = u32;
+
+pub trait Tokenizer: Send + Sync + 'static {
+    /// `add_special` adds BOS/EOS as the model asks; special-token text is always parsed.
+    fn tokenize(&self, text: &str, add_special: bool) -> Vec<TokenId>;
+    /// Appends the bytes of one token's text (not always whole UTF-8) to `out`.
+    fn append_token_bytes(&self, token: TokenId, out: &mut Vec<u8>);
+    /// End of generation: EOS, end of turn and similar.
+    fn is_end_of_generation(&self, token: TokenId) -> bool;
+    /// The model's chat template, if it ships one.
+    fn chat_template(&self) -> Option<&ChatTemplate>;
+}
+
+/// One token of a batch: `seq` is the slot index, `logits` asks for an output row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchToken {
+    pub token: TokenId,
+    pub pos: u32,
+    pub seq: usize,
+    pub logits: bool,
+}
+
+pub trait Executor {
+    /// Context cells available to each sequence slot.
+    fn ctx_per_sequence(&self) -> u32;
+    /// Most tokens one `decode` call accepts.
+    fn max_batch_tokens(&self) -> usize;
+    /// Runs the model over `batch`. On error no sequence in it advanced.
+    fn decode(&mut self, batch: &[BatchToken]) -> Result<(), String>;
+    /// Prepares `seq`'s sampler. Called once when a request gets the slot.
+    fn start_sequence(&mut self, seq: usize, sampling: &SamplingParams, ban_eog: bool);
+    /// Samples from the output row of batch entry `batch_index` of the last decode.
+    fn sample(&mut self, seq: usize, batch_index: usize) -> TokenId;
+    /// Frees the slot's KV cells and sampler.
+    fn free_sequence(&mut self, seq: usize);
+    /// KV cells currently held by `seq`, as the runtime reports them.
+    fn sequence_cells(&self, seq: usize) -> u32;
+}

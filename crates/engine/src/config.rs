@@ -1,0 +1,51 @@
+use std::path::PathBuf;
+
+/// Everything the engine needs to start. Sizes are in tokens.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Path of a GGUF file.
+    pub model_path: PathBuf,
+    /// llama.cpp compute threads. On a 2-core machine shared with the HTTP layer and a
+    /// benchmark client this is the knob that matters most; see the README.
+    pub threads: usize,
+    /// KV cache cells reserved for each sequence (prompt + completion).
+    pub ctx_per_sequence: u32,
+    /// Sequences decoded together in one batch.
+    pub max_running: usize,
+    /// Requests allowed to wait for a free sequence; beyond this `submit` rejects.
+    pub max_waiting: usize,
+    /// Token budget of one engine step: decode tokens of running sequences plus prompt
+    /// chunks of newly admitted ones. Bounds how long one step can stall running streams.
+    pub prefill_chunk: usize,
+    /// Layers offloaded to a GPU (only meaningful with the `cuda` feature).
+    pub gpu_layers: u32,
+}
+
+impl EngineConfig {
+    pub fn new(model_path: impl Into<PathBuf>) -> Self {
+        Self {
+            model_path: model_path.into(),
+            threads: default_threads(),
+            ctx_per_sequence: 2048,
+            max_running: 16,
+            max_waiting: 64,
+            prefill_chunk: 256,
+            gpu_layers: 0,
+        }
+    }
+
+    /// Clamp values that would make llama.cpp fail or the scheduler stall.
+    pub(crate) fn normalized(mut self) -> Self {
+        self.threads = self.threads.max(1);
+        self.max_running = self.max_running.clamp(1, 256);
+        self.ctx_per_sequence = self.ctx_per_sequence.max(16);
+        // Every running sequence needs room for its decode token in each step.
+        self.prefill_chunk = self.prefill_chunk.max(self.max_running).max(16);
+        self
+    }
+}
+
+/// Physical parallelism available to this process.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}

@@ -1,0 +1,200 @@
+//! The public handle: starts the engine thread and turns requests into streams.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crate::backend::Tokenizer;
+use crate::config::EngineConfig;
+use crate::error::{EngineError, Rejected};
+use crate::llama::{load_model, LlamaExecutor};
+use crate::queue::{PushError, WaitQueue};
+use crate::request::{FinishReason, GenerateRequest, Prompt};
+use crate::scheduler::Scheduler;
+use crate::sequence::PendingRequest;
+use crate::stats::EngineStats;
+use crate::stream::RequestStream;
+use crate::Executor;
+
+/// A running engine. Cheap to clone; the engine stops when the last clone is dropped or
+/// [`Engine::shutdown`] is called.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    tokenizer: Arc<dyn Tokenizer>,
+    queue: Arc<WaitQueue<PendingRequest>>,
+    stats: Arc<EngineStats>,
+    ctx_per_sequence: u32,
+    model_name: String,
+    architecture: String,
+    config: EngineConfig,
+    next_id: AtomicU64,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Engine {
+    /// Loads the model, creates the context and starts the engine thread. Returns once the
+    /// engine can take requests, or with the reason it cannot.
+    pub fn start(config: EngineConfig) -> Result<Self, EngineError> {
+        let config = config.normalized();
+        let model = load_model(&config)?;
+        let queue = Arc::new(WaitQueue::new(config.max_waiting));
+        let (ready_tx, ready_rx) = mpsc::sync_channel(1);
+
+        let thread = {
+            let (model, queue, config) = (Arc::clone(&model), Arc::clone(&queue), config.clone());
+            std::thread::Builder::new()
+                .name("rillm-engine".into())
+                .spawn(move || {
+                    let executor = match LlamaExecutor::new(&model, &config) {
+                        Ok(executor) => executor,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    let total_cells = u64::from(executor.ctx_per_sequence()) * config.max_running as u64;
+                    let stats = Arc::new(EngineStats::new(total_cells));
+                    let _ = ready_tx.send(Ok((Arc::clone(&stats), executor.ctx_per_sequence())));
+                    let tokenizer: Arc<dyn Tokenizer> = Arc::clone(&model) as Arc<dyn Tokenizer>;
+                    Scheduler::new(executor, tokenizer, queue, Arc::clone(&stats), config.max_running).run();
+                    stats.mark_dead();
+                })
+                .map_err(|e| EngineError::Thread(e.to_string()))?
+        };
+        let (stats, ctx_per_sequence) = ready_rx
+            .recv()
+            .map_err(|_| EngineError::Thread("the engine thread died while starting".into()))??;
+        tracing::info!(
+            model = %model.name,
+            architecture = %model.architecture,
+            ctx_per_sequence,
+            max_running = config.max_running,
+            threads = config.threads,
+            "engine ready"
+        );
+        Ok(Self {
+            inner: Arc::new(Inner {
+                model_name: model.name.clone(),
+                architecture: model.architecture.clone(),
+                tokenizer: model,
+                queue,
+                stats,
+                ctx_per_sequence,
+                config,
+                next_id: AtomicU64::new(1),
+                thread: Mutex::new(Some(thread)),
+            }),
+        })
+    }
+
+    /// Validates and queues a request. Tokenizing happens here, on the caller's thread.
+    pub fn submit(&self, request: GenerateRequest) -> Result<RequestStream, Rejected> {
+        let inner = &self.inner;
+        if inner.queue.is_closed() {
+            return Err(Rejected::ShuttingDown);
+        }
+        let prompt = self.tokenize_prompt(&request.prompt)?;
+        if prompt.is_empty() {
+            return Err(Rejected::EmptyPrompt);
+        }
+        let context = inner.ctx_per_sequence as usize;
+        let max_tokens = match request.max_tokens {
+            Some(0) => return Err(Rejected::InvalidRequest("max_tokens must be at least 1".into())),
+            Some(n) => n as usize,
+            None => context.saturating_sub(prompt.len()).max(1),
+        };
+        if prompt.len() + max_tokens > context {
+            return Err(Rejected::ContextOverflow { prompt_tokens: prompt.len(), max_tokens, context });
+        }
+        let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let prompt_tokens = prompt.len();
+        let pending = PendingRequest {
+            id,
+            prompt,
+            max_tokens: max_tokens as u32,
+            sampling: request.sampling,
+            stop: request.stop,
+            ignore_eos: request.ignore_eos,
+            submitted: Instant::now(),
+            events,
+        };
+        match inner.queue.push(pending) {
+            Ok(()) => {
+                inner.stats.set_waiting(inner.queue.len());
+                Ok(RequestStream::new(id, prompt_tokens, receiver))
+            }
+            Err(PushError::Full(_)) => Err(Rejected::QueueFull { capacity: inner.queue.capacity() }),
+            Err(PushError::Closed(_)) => Err(Rejected::ShuttingDown),
+        }
+    }
+
+    /// Token ids of a prompt exactly as `submit` would feed them to the model.
+    pub fn tokenize_prompt(&self, prompt: &Prompt) -> Result<Vec<u32>, Rejected> {
+        let tokenizer = &self.inner.tokenizer;
+        match prompt {
+            Prompt::Text(text) => Ok(tokenizer.tokenize(text, true)),
+            Prompt::Chat(messages) => {
+                let template = tokenizer.chat_template().ok_or_else(|| {
+                    Rejected::InvalidRequest("this model has no chat template".into())
+                })?;
+                let text = template
+                    .render(messages)
+                    .map_err(|e| Rejected::InvalidRequest(format!("chat template: {e}")))?;
+                // Templates that emit BOS themselves must not get a second one.
+                let has_bos = !template.bos_token().is_empty() && text.starts_with(template.bos_token());
+                Ok(tokenizer.tokenize(&text, !has_bos))
+            }
+        }
+    }
+
+    pub fn stats(&self) -> &EngineStats {
+        &self.inner.stats
+    }
+
+    /// The model's name, from its file name (what `/v1/models` lists).
+    pub fn model_name(&self) -> &str {
+        &self.inner.model_name
+    }
+
+    /// `general.architecture` from the GGUF (llama, qwen2, ...).
+    pub fn architecture(&self) -> &str {
+        &self.inner.architecture
+    }
+
+    pub fn ctx_per_sequence(&self) -> u32 {
+        self.inner.ctx_per_sequence
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.inner.config
+    }
+
+    /// Stops taking requests, cancels running and waiting ones and joins the engine thread.
+    pub fn shutdown(&self) {
+        self.inner.shutdown();
+    }
+}
+
+impl Inner {
+    fn shutdown(&self) {
+        for request in self.queue.close() {
+            request.finish_unstarted(FinishReason::Cancelled);
+        }
+        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

@@ -1,0 +1,32 @@
+use std::path::PathBuf;
+
+/// Why the engine could not start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("model file {path}: {reason}")]
+    Model { path: PathBuf, reason: String },
+    #[error("llama.cpp: {0}")]
+    Backend(String),
+    #[error("chat template: {0}")]
+    Template(String),
+    #[error("engine thread: {0}")]
+    Thread(String),
+}
+
+/// Why `submit` refused a request. Returned at once, before any model work.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Rejected {
+    #[error("the waiting queue is full ({capacity} requests waiting); retry later")]
+    QueueFull { capacity: usize },
+    #[error(
+        "prompt ({prompt_tokens} tokens) plus max_tokens ({max_tokens}) exceeds the context \
+         of {context} tokens per sequence"
+    )]
+    ContextOverflow { prompt_tokens: usize, max_tokens: usize, context: usize },
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("the engine is shutting down")]
+    ShuttingDown,
+}

@@ -1,0 +1,251 @@
+//! The llama.cpp backend, through the `llama-cpp-2` crate.
+
+use std::io::Read;
+use std::num::NonZeroU32;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::logit_bias::LlamaLogitBias;
+use llama_cpp_2::token::LlamaToken;
+
+use crate::backend::{BatchToken, Executor, TokenId, Tokenizer};
+use crate::chat::ChatTemplate;
+use crate::config::EngineConfig;
+use crate::error::EngineError;
+use crate::request::SamplingParams;
+
+/// llama.cpp's global state may be initialised once per process; every engine shares it.
+fn backend() -> Result<&'static LlamaBackend, EngineError> {
+    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
+    BACKEND
+        .get_or_init(|| {
+            llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
+            LlamaBackend::init().map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| EngineError::Backend(e.clone()))
+}
+
+/// The loaded weights and vocabulary; shared by callers (tokenizing) and the engine thread.
+pub(crate) struct LlamaModelHandle {
+    model: LlamaModel,
+    template: Option<ChatTemplate>,
+    eog_tokens: Vec<TokenId>,
+    pub(crate) name: String,
+    pub(crate) architecture: String,
+}
+
+pub(crate) fn load_model(config: &EngineConfig) -> Result<Arc<LlamaModelHandle>, EngineError> {
+    let path = &config.model_path;
+    let model_err = |reason: String| EngineError::Model { path: path.clone(), reason };
+    check_gguf_magic(path).map_err(model_err)?;
+    let params = LlamaModelParams::default().with_n_gpu_layers(config.gpu_layers);
+    let model = LlamaModel::load_from_file(backend()?, path, &params).map_err(|e| {
+        model_err(format!(
+            "llama.cpp could not load it ({e}): the file is corrupt, truncated, or of an \
+             architecture this llama.cpp does not support"
+        ))
+    })?;
+    let meta = |key: &str| model.meta_val_str(key).ok();
+    let architecture = meta("general.architecture").unwrap_or_else(|| "unknown".into());
+    let name = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into());
+    let vocab = model.vocab();
+    let piece = |t: LlamaToken| String::from_utf8_lossy(&vocab.token_to_piece(t, true, None)).into_owned();
+    let template = match model.meta_val_str("tokenizer.chat_template") {
+        Ok(source) => Some(
+            ChatTemplate::new(&source, &piece(vocab.bos()), &piece(vocab.eos()))
+                .map_err(|e| EngineError::Template(e.to_string()))?,
+        ),
+        Err(_) => None,
+    };
+    let eog_tokens = vocab
+        .tokens()
+        .filter(|&t| vocab.is_eog(t))
+        .map(|t| t.0 as TokenId)
+        .collect();
+    drop(vocab);
+    Ok(Arc::new(LlamaModelHandle { model, template, eog_tokens, name, architecture }))
+}
+
+/// llama.cpp reports a bad file only as a null pointer; checking the magic first turns the
+/// commonest mistake (not a GGUF at all) into a precise message.
+fn check_gguf_magic(path: &Path) -> Result<(), String> {
+    let mut file = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    let mut magic = [0u8; 4];
+    file.read_exact(&mut magic).map_err(|_| "too short to be a GGUF file".to_string())?;
+    if &magic != b"GGUF" {
+        return Err(format!("not a GGUF file (starts with {magic:02x?}, expected \"GGUF\")"));
+    }
+    Ok(())
+}
+
+impl Tokenizer for LlamaModelHandle {
+    fn tokenize(&self, text: &str, add_special: bool) -> Vec<TokenId> {
+        self.model
+            .vocab()
+            .tokenize(text.as_bytes(), add_special, true)
+            .into_iter()
+            .map(|t| t.0 as TokenId)
+            .collect()
+    }
+
+    fn append_token_bytes(&self, token: TokenId, out: &mut Vec<u8>) {
+        self.model.vocab().token_to_piece_into(LlamaToken(token as i32), out, false, None);
+    }
+
+    fn is_end_of_generation(&self, token: TokenId) -> bool {
+        self.model.vocab().is_eog(LlamaToken(token as i32))
+    }
+
+    fn chat_template(&self) -> Option<&ChatTemplate> {
+        self.template.as_ref()
+    }
+}
+
+enum SequenceSampler {
+    /// Argmax over the logits row: skips building llama.cpp's candidate array.
+    Greedy { ban_eog: bool },
+    Chain(LlamaSampler),
+}
+
+/// The llama.cpp context and per-slot samplers. Lives on the engine thread only.
+pub(crate) struct LlamaExecutor<'m> {
+    model: &'m LlamaModelHandle,
+    ctx: LlamaContext<'m>,
+    batch: LlamaBatch<'static>,
+    max_batch_tokens: usize,
+    ctx_per_sequence: u32,
+    samplers: Vec<Option<SequenceSampler>>,
+}
+
+impl<'m> LlamaExecutor<'m> {
+    pub(crate) fn new(model: &'m LlamaModelHandle, config: &EngineConfig) -> Result<Self, EngineError> {
+        let n_seq = config.max_running as u32;
+        let ctx_per_sequence = config.ctx_per_sequence.min(model.model.n_ctx_train().max(16));
+        let n_ctx = ctx_per_sequence
+            .checked_mul(n_seq)
+            .and_then(NonZeroU32::new)
+            .ok_or_else(|| EngineError::Backend("context size overflows".into()))?;
+        let n_batch = config.prefill_chunk as u32;
+        let threads = i32::try_from(config.threads).unwrap_or(i32::MAX);
+        // One KV stream per sequence (not unified): each token attends only over its own
+        // sequence's cells, which keeps batched decode cheap as sequences grow.
+        let params = LlamaContextParams::default()
+            .with_n_ctx(Some(n_ctx))
+            .with_n_seq_max(n_seq)
+            .with_kv_unified(false)
+            .with_n_batch(n_batch)
+            .with_n_ubatch(n_batch.min(512))
+            .with_n_threads(threads)
+            .with_n_threads_batch(threads);
+        let ctx = model
+            .model
+            .new_context(backend()?, params)
+            .map_err(|e| EngineError::Backend(format!("creating the context: {e}")))?;
+        let ctx_per_sequence = ctx_per_sequence.min(ctx.n_ctx() / n_seq);
+        let max_batch_tokens = (ctx.n_batch() as usize).min(config.prefill_chunk);
+        Ok(Self {
+            model,
+            ctx,
+            batch: LlamaBatch::new(max_batch_tokens, 1),
+            max_batch_tokens,
+            ctx_per_sequence,
+            samplers: (0..n_seq).map(|_| None).collect(),
+        })
+    }
+
+    fn argmax(&self, batch_index: usize, ban_eog: bool) -> TokenId {
+        let logits = self.ctx.get_logits_ith(batch_index as i32);
+        let mut best = (0usize, f32::NEG_INFINITY);
+        for (i, &l) in logits.iter().enumerate() {
+            if l > best.1 && !(ban_eog && self.model.eog_tokens.contains(&(i as TokenId))) {
+                best = (i, l);
+            }
+        }
+        best.0 as TokenId
+    }
+}
+
+impl Executor for LlamaExecutor<'_> {
+    fn ctx_per_sequence(&self) -> u32 {
+        self.ctx_per_sequence
+    }
+
+    fn max_batch_tokens(&self) -> usize {
+        self.max_batch_tokens
+    }
+
+    fn decode(&mut self, tokens: &[BatchToken]) -> Result<(), String> {
+        self.batch.clear();
+        for t in tokens {
+            self.batch
+                .add(LlamaToken(t.token as i32), t.pos as i32, &[t.seq as i32], t.logits)
+                .map_err(|e| e.to_string())?;
+        }
+        self.ctx.decode(&mut self.batch).map_err(|e| e.to_string())
+    }
+
+    fn start_sequence(&mut self, seq: usize, sampling: &SamplingParams, ban_eog: bool) {
+        let sampler = if sampling.is_greedy() {
+            SequenceSampler::Greedy { ban_eog }
+        } else {
+            let mut chain = Vec::new();
+            if ban_eog {
+                let bias: Vec<_> = self
+                    .model
+                    .eog_tokens
+                    .iter()
+                    .map(|&t| LlamaLogitBias::new(LlamaToken(t as i32), f32::NEG_INFINITY))
+                    .collect();
+                chain.push(LlamaSampler::logit_bias(self.model.model.n_vocab(), &bias));
+            }
+            if sampling.top_k > 0 {
+                chain.push(LlamaSampler::top_k(sampling.top_k.min(i32::MAX as u32) as i32));
+            }
+            if sampling.top_p < 1.0 {
+                chain.push(LlamaSampler::top_p(sampling.top_p, 1));
+            }
+            chain.push(LlamaSampler::temp(sampling.temperature));
+            let seed = sampling.seed.unwrap_or_else(rand::random) as u32;
+            chain.push(LlamaSampler::dist(seed));
+            SequenceSampler::Chain(LlamaSampler::chain_simple(chain))
+        };
+        self.samplers[seq] = Some(sampler);
+    }
+
+    fn sample(&mut self, seq: usize, batch_index: usize) -> TokenId {
+        let ban_eog = match self.samplers[seq].as_mut() {
+            Some(SequenceSampler::Chain(chain)) => {
+                return chain.sample(&self.ctx, batch_index as i32).0 as TokenId
+            }
+            Some(SequenceSampler::Greedy { ban_eog }) => *ban_eog,
+            None => false,
+        };
+        self.argmax(batch_index, ban_eog)
+    }
+
+    fn free_sequence(&mut self, seq: usize) {
+        self.samplers[seq] = None;
+        // Only fails for ids that do not fit an i32, which slot indices always do.
+        let _ = self.ctx.clear_kv_cache_seq(Some(seq as u32), None, None);
+    }
+
+    fn sequence_cells(&self, seq: usize) -> u32 {
+        let max = self.ctx.kv_cache_seq_pos_max(seq as i32);
+        if max < 0 {
+            return 0;
+        }
+        let min = self.ctx.kv_cache_seq_pos_min(seq as i32).max(0);
+        (max - min + 1) as u32
+    }
+}

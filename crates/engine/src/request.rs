@@ -1,0 +1,172 @@
+//! The request and event types that cross the engine boundary.
+
+use crate::backend::TokenId;
+
+/// What to generate from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prompt {
+    /// Raw text, tokenized as is (special-token text such as `<|im_start|>` is honoured).
+    Text(String),
+    /// Chat messages, rendered with the model's own chat template.
+    Chat(Vec<ChatMessage>),
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        Self { role: role.into(), content: content.into() }
+    }
+}
+
+/// Per-request sampling. `temperature == 0` means greedy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    pub temperature: f32,
+    /// Nucleus mass in (0, 1]; 1 disables it.
+    pub top_p: f32,
+    /// 0 disables it.
+    pub top_k: u32,
+    /// Seed of the sampling RNG; `None` picks a random one.
+    pub seed: Option<u64>,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self { temperature: 1.0, top_p: 1.0, top_k: 0, seed: None }
+    }
+}
+
+impl SamplingParams {
+    pub fn greedy() -> Self {
+        Self { temperature: 0.0, ..Self::default() }
+    }
+
+    pub fn is_greedy(&self) -> bool {
+        self.temperature <= 0.0
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerateRequest {
+    pub prompt: Prompt,
+    pub sampling: SamplingParams,
+    /// Completion tokens at most; `None` means "until the sequence's context is full".
+    pub max_tokens: Option<u32>,
+    /// Generation stops before the first occurrence of any of these; it is never streamed.
+    pub stop: Vec<String>,
+    /// Keep generating past end-of-generation tokens (benchmarks want fixed lengths).
+    pub ignore_eos: bool,
+}
+
+impl GenerateRequest {
+    pub fn new(prompt: Prompt) -> Self {
+        Self {
+            prompt,
+            sampling: SamplingParams::default(),
+            max_tokens: None,
+            stop: Vec::new(),
+            ignore_eos: false,
+        }
+    }
+
+    pub fn text(prompt: impl Into<String>) -> Self {
+        Self::new(Prompt::Text(prompt.into()))
+    }
+
+    pub fn chat(messages: Vec<ChatMessage>) -> Self {
+        Self::new(Prompt::Chat(messages))
+    }
+
+    pub fn with_max_tokens(mut self, n: u32) -> Self {
+        self.max_tokens = Some(n);
+        self
+    }
+
+    pub fn with_sampling(mut self, sampling: SamplingParams) -> Self {
+        self.sampling = sampling;
+        self
+    }
+
+    pub fn with_stop(mut self, stop: Vec<String>) -> Self {
+        self.stop = stop;
+        self
+    }
+}
+
+/// One event of a request's stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamEvent {
+    /// New text, with the ids of the tokens it came from. Text is always whole UTF-8
+    /// characters; ids of tokens whose bytes are still held back arrive with a later piece.
+    Text { text: String, token_ids: Vec<TokenId> },
+    /// The last event.
+    Finished(Completion),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FinishReason {
+    /// A stop string matched.
+    Stop,
+    /// `max_tokens` or the sequence's context was reached.
+    Length,
+    /// The model produced an end-of-generation token (end of turn for chat).
+    Eos,
+    /// The caller dropped the stream, or the engine shut down.
+    Cancelled,
+    /// The backend failed; `Completion::error` says how.
+    Error,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stop => "stop",
+            Self::Length => "length",
+            Self::Eos => "eos",
+            Self::Cancelled => "cancelled",
+            Self::Error => "error",
+        }
+    }
+
+    /// The OpenAI API knows only `stop` and `length` for a finished completion.
+    pub fn openai(self) -> &'static str {
+        match self {
+            Self::Length => "length",
+            Self::Stop | Self::Eos => "stop",
+            Self::Cancelled => "abort",
+            Self::Error => "error",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+}
+
+/// Where a request's time went, measured inside the engine.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ServerTimings {
+    /// Submit until a sequence was assigned.
+    pub queue_ms: f64,
+    /// Sequence assigned until the first token was sampled.
+    pub prefill_ms: f64,
+    /// Submit until the first token was sampled.
+    pub ttft_ms: f64,
+    /// First token until the last.
+    pub decode_ms: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completion {
+    pub finish_reason: FinishReason,
+    pub usage: Usage,
+    pub timings: ServerTimings,
+    pub error: Option<String>,
+}

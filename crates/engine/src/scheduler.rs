@@ -1,0 +1,201 @@
+//! The continuous-batching loop that runs on the engine thread.
+//!
+//! Each step builds one batch: first a decode token for every sequence that is generating,
+//! then prompt tokens of sequences still prefilling, oldest first, up to the step's token
+//! budget. Long prompts are therefore prefilled in chunks while running streams keep
+//! receiving a token per step, and a new request can start in the very next step.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::{BatchToken, Executor, Tokenizer};
+use crate::queue::WaitQueue;
+use crate::request::FinishReason;
+use crate::sequence::{PendingRequest, Sequence};
+use crate::stats::EngineStats;
+
+/// How long an idle engine sleeps before refreshing its heartbeat.
+const IDLE_WAKE: Duration = Duration::from_millis(500);
+
+pub(crate) struct Scheduler<E: Executor> {
+    executor: E,
+    tokenizer: Arc<dyn Tokenizer>,
+    queue: Arc<WaitQueue<PendingRequest>>,
+    stats: Arc<EngineStats>,
+    slots: Vec<Option<Sequence>>,
+    /// Slots in admission order; prefill budget goes to the oldest first.
+    admission_order: VecDeque<usize>,
+    step_budget: usize,
+    batch: Vec<BatchToken>,
+    /// (slot, batch index) of every batch entry whose logits get sampled.
+    outputs: Vec<(usize, usize)>,
+}
+
+impl<E: Executor> Scheduler<E> {
+    pub fn new(
+        executor: E,
+        tokenizer: Arc<dyn Tokenizer>,
+        queue: Arc<WaitQueue<PendingRequest>>,
+        stats: Arc<EngineStats>,
+        max_running: usize,
+    ) -> Self {
+        let step_budget = executor.max_batch_tokens();
+        Self {
+            executor,
+            tokenizer,
+            queue,
+            stats,
+            slots: (0..max_running).map(|_| None).collect(),
+            admission_order: VecDeque::with_capacity(max_running),
+            step_budget,
+            batch: Vec::with_capacity(step_budget),
+            outputs: Vec::with_capacity(max_running),
+        }
+    }
+
+    /// Runs until the queue is closed, then cancels whatever is left.
+    pub fn run(mut self) {
+        loop {
+            if self.queue.is_closed() {
+                break;
+            }
+            if self.admission_order.is_empty() {
+                self.publish(false);
+                if !self.queue.wait_for_item(IDLE_WAKE) {
+                    break;
+                }
+            }
+            self.reap_cancelled();
+            self.admit();
+            if self.admission_order.is_empty() {
+                continue;
+            }
+            self.step();
+            self.stats.record_step();
+            self.publish(true);
+        }
+        self.cancel_all();
+        self.publish(false);
+    }
+
+    /// Frees sequences and queue entries whose caller dropped the stream.
+    fn reap_cancelled(&mut self) {
+        for slot in 0..self.slots.len() {
+            if self.slots[slot].as_ref().is_some_and(|s| s.request.is_cancelled()) {
+                self.release(slot, FinishReason::Cancelled, None);
+            }
+        }
+        for request in self.queue.remove_where(PendingRequest::is_cancelled) {
+            self.stats.record_finished(request.prompt.len() as u32, 0, true);
+        }
+    }
+
+    fn admit(&mut self) {
+        while self.admission_order.len() < self.slots.len() {
+            let Some(request) = self.queue.pop() else { break };
+            if request.is_cancelled() {
+                self.stats.record_finished(request.prompt.len() as u32, 0, true);
+                continue;
+            }
+            let Some(slot) = self.slots.iter().position(Option::is_none) else { break };
+            self.executor.start_sequence(slot, &request.sampling, request.ignore_eos);
+            self.slots[slot] = Some(Sequence::new(request));
+            self.admission_order.push_back(slot);
+        }
+    }
+
+    fn step(&mut self) {
+        self.plan_batch();
+        if self.batch.is_empty() {
+            return;
+        }
+        if let Err(error) = self.executor.decode(&self.batch) {
+            tracing::error!(%error, tokens = self.batch.len(), "decode failed");
+            let slots: Vec<usize> = self.admission_order.iter().copied().collect();
+            for slot in slots {
+                self.release(slot, FinishReason::Error, Some(format!("decode failed: {error}")));
+            }
+            return;
+        }
+        for entry in &self.batch {
+            if let Some(seq) = self.slots[entry.seq].as_mut() {
+                seq.cached = seq.cached.max(entry.pos + 1);
+            }
+        }
+        let ctx_limit = self.executor.ctx_per_sequence();
+        for i in 0..self.outputs.len() {
+            let (slot, batch_index) = self.outputs[i];
+            let token = self.executor.sample(slot, batch_index);
+            let Some(seq) = self.slots[slot].as_mut() else { continue };
+            if let Some(reason) = seq.accept_token(token, self.tokenizer.as_ref(), ctx_limit) {
+                self.release(slot, reason, None);
+            }
+        }
+    }
+
+    /// Fills `batch` and `outputs` for this step.
+    fn plan_batch(&mut self) {
+        self.batch.clear();
+        self.outputs.clear();
+        for &slot in &self.admission_order {
+            let Some(seq) = self.slots[slot].as_ref() else { continue };
+            if let Some(token) = seq.last_token {
+                self.outputs.push((slot, self.batch.len()));
+                self.batch.push(BatchToken { token, pos: seq.cached, seq: slot, logits: true });
+            }
+        }
+        for &slot in &self.admission_order {
+            let budget = self.step_budget.saturating_sub(self.batch.len());
+            if budget == 0 {
+                break;
+            }
+            let Some(seq) = self.slots[slot].as_ref() else { continue };
+            if !seq.is_prefilling() {
+                continue;
+            }
+            let chunk = &seq.prompt_left()[..seq.prompt_left().len().min(budget)];
+            let completes_prompt = chunk.len() == seq.prompt_left().len();
+            for (i, &token) in chunk.iter().enumerate() {
+                let logits = completes_prompt && i + 1 == chunk.len();
+                if logits {
+                    self.outputs.push((slot, self.batch.len()));
+                }
+                let pos = seq.cached + i as u32;
+                self.batch.push(BatchToken { token, pos, seq: slot, logits });
+            }
+        }
+    }
+
+    fn release(&mut self, slot: usize, reason: FinishReason, error: Option<String>) {
+        let Some(seq) = self.slots[slot].take() else { return };
+        self.executor.free_sequence(slot);
+        self.admission_order.retain(|&s| s != slot);
+        let id = seq.request.id;
+        let completion = seq.finish(reason, error);
+        tracing::debug!(id, reason = reason.as_str(), tokens = completion.usage.completion_tokens, "sequence released");
+        self.stats.record_finished(
+            completion.usage.prompt_tokens,
+            completion.usage.completion_tokens,
+            reason == FinishReason::Cancelled,
+        );
+    }
+
+    fn cancel_all(&mut self) {
+        for slot in 0..self.slots.len() {
+            self.release(slot, FinishReason::Cancelled, None);
+        }
+        for request in self.queue.close() {
+            self.stats.record_finished(request.prompt.len() as u32, 0, true);
+            request.finish_unstarted(FinishReason::Cancelled);
+        }
+    }
+
+    fn publish(&self, busy: bool) {
+        let cells: u64 = (0..self.slots.len())
+            .map(|s| u64::from(self.executor.sequence_cells(s)))
+            .sum();
+        self.stats.set_occupancy(self.admission_order.len(), self.queue.len(), cells);
+        self.stats.mark_progress(busy);
+    }
+}

@@ -1,0 +1,143 @@
+//! One request from admission to its final event: where its prompt is, what it has
+//! generated, and how each new token turns into stream events.
+
+use std::time::Instant;
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::backend::{TokenId, Tokenizer};
+use crate::request::{Completion, FinishReason, SamplingParams, ServerTimings, StreamEvent, Usage};
+use crate::text_stream::{TextPiece, TextStream};
+
+/// A request waiting for a sequence slot, already tokenized and validated.
+#[derive(Debug)]
+pub(crate) struct PendingRequest {
+    pub id: u64,
+    pub prompt: Vec<TokenId>,
+    pub max_tokens: u32,
+    pub sampling: SamplingParams,
+    pub stop: Vec<String>,
+    pub ignore_eos: bool,
+    pub submitted: Instant,
+    pub events: UnboundedSender<StreamEvent>,
+}
+
+impl PendingRequest {
+    pub fn is_cancelled(&self) -> bool {
+        self.events.is_closed()
+    }
+
+    /// Sends the final event for a request that never got a slot.
+    pub fn finish_unstarted(self, reason: FinishReason) {
+        let usage = Usage { prompt_tokens: self.prompt.len() as u32, completion_tokens: 0 };
+        let queue_ms = ms(self.submitted.elapsed());
+        let _ = self.events.send(StreamEvent::Finished(Completion {
+            finish_reason: reason,
+            usage,
+            timings: ServerTimings { queue_ms, ..ServerTimings::default() },
+            error: None,
+        }));
+    }
+}
+
+pub(crate) struct Sequence {
+    pub request: PendingRequest,
+    /// Tokens of this sequence already in the KV cache.
+    pub cached: u32,
+    /// The last sampled token, not yet in the KV cache.
+    pub last_token: Option<TokenId>,
+    pub generated: u32,
+    text: TextStream,
+    token_bytes: Vec<u8>,
+    admitted: Instant,
+    first_token_at: Option<Instant>,
+}
+
+impl Sequence {
+    pub fn new(request: PendingRequest) -> Self {
+        let text = TextStream::new(&request.stop);
+        Self {
+            request,
+            cached: 0,
+            last_token: None,
+            generated: 0,
+            text,
+            token_bytes: Vec::with_capacity(32),
+            admitted: Instant::now(),
+            first_token_at: None,
+        }
+    }
+
+    pub fn prompt_left(&self) -> &[TokenId] {
+        let done = (self.cached as usize).min(self.request.prompt.len());
+        &self.request.prompt[done..]
+    }
+
+    pub fn is_prefilling(&self) -> bool {
+        self.last_token.is_none()
+    }
+
+    /// Handles a freshly sampled token; returns the finish reason if this ends the request.
+    pub fn accept_token(&mut self, token: TokenId, tokenizer: &dyn Tokenizer, ctx_limit: u32) -> Option<FinishReason> {
+        self.generated += 1;
+        self.last_token = Some(token);
+        self.first_token_at.get_or_insert_with(Instant::now);
+
+        if !self.request.ignore_eos && tokenizer.is_end_of_generation(token) {
+            return Some(FinishReason::Eos);
+        }
+        self.token_bytes.clear();
+        tokenizer.append_token_bytes(token, &mut self.token_bytes);
+        match self.text.push(token, &self.token_bytes) {
+            TextPiece::Held => {}
+            TextPiece::Text { text, token_ids } => self.send_text(text, token_ids),
+            TextPiece::Stopped { text, token_ids } => {
+                if !text.is_empty() {
+                    self.send_text(text, token_ids);
+                }
+                return Some(FinishReason::Stop);
+            }
+        }
+        // The next decode would put `token` at position `cached`, which must fit.
+        if self.generated >= self.request.max_tokens || self.cached + 1 >= ctx_limit {
+            return Some(FinishReason::Length);
+        }
+        None
+    }
+
+    /// Sends the final event (after any held-back text, unless the stream was cut short).
+    pub fn finish(mut self, reason: FinishReason, error: Option<String>) -> Completion {
+        if matches!(reason, FinishReason::Eos | FinishReason::Length) {
+            if let Some((text, token_ids)) = self.text.finish() {
+                self.send_text(text, token_ids);
+            }
+        }
+        let now = Instant::now();
+        let first = self.first_token_at.unwrap_or(now);
+        let completion = Completion {
+            finish_reason: reason,
+            usage: Usage {
+                prompt_tokens: self.request.prompt.len() as u32,
+                completion_tokens: self.generated,
+            },
+            timings: ServerTimings {
+                queue_ms: ms(self.admitted - self.request.submitted),
+                prefill_ms: ms(first.saturating_duration_since(self.admitted)),
+                ttft_ms: ms(first.saturating_duration_since(self.request.submitted)),
+                decode_ms: ms(now.saturating_duration_since(first)),
+            },
+            error,
+        };
+        let _ = self.request.events.send(StreamEvent::Finished(completion.clone()));
+        completion
+    }
+
+    fn send_text(&self, text: String, token_ids: Vec<TokenId>) {
+        // A failed send means the caller is gone; the scheduler reaps it before the next step.
+        let _ = self.request.events.send(StreamEvent::Text { text, token_ids });
+    }
+}
+
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}

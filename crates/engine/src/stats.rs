@@ -1,0 +1,128 @@
+//! Counters the engine publishes for metrics and health checks. Written by the engine
+//! thread, read by anyone, lock-free.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+#[derive(Debug)]
+pub struct EngineStats {
+    started: Instant,
+    running: AtomicU64,
+    waiting: AtomicU64,
+    kv_cells_used: AtomicU64,
+    kv_cells_total: AtomicU64,
+    busy: AtomicBool,
+    alive: AtomicBool,
+    /// Milliseconds since `started` at the end of the last engine step or idle wake-up.
+    last_progress_ms: AtomicU64,
+    steps: AtomicU64,
+    prompt_tokens: AtomicU64,
+    generation_tokens: AtomicU64,
+    finished: AtomicU64,
+    cancelled: AtomicU64,
+}
+
+/// A consistent-enough copy of the counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    pub running: u64,
+    pub waiting: u64,
+    pub kv_cells_used: u64,
+    pub kv_cells_total: u64,
+    pub steps: u64,
+    pub prompt_tokens: u64,
+    pub generation_tokens: u64,
+    pub finished: u64,
+    pub cancelled: u64,
+}
+
+impl StatsSnapshot {
+    pub fn kv_usage(&self) -> f64 {
+        if self.kv_cells_total == 0 {
+            0.0
+        } else {
+            self.kv_cells_used as f64 / self.kv_cells_total as f64
+        }
+    }
+}
+
+impl EngineStats {
+    pub(crate) fn new(kv_cells_total: u64) -> Self {
+        Self {
+            started: Instant::now(),
+            running: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
+            kv_cells_used: AtomicU64::new(0),
+            kv_cells_total: AtomicU64::new(kv_cells_total),
+            busy: AtomicBool::new(false),
+            alive: AtomicBool::new(true),
+            last_progress_ms: AtomicU64::new(0),
+            steps: AtomicU64::new(0),
+            prompt_tokens: AtomicU64::new(0),
+            generation_tokens: AtomicU64::new(0),
+            finished: AtomicU64::new(0),
+            cancelled: AtomicU64::new(0),
+        }
+    }
+
+    pub fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            running: self.running.load(Relaxed),
+            waiting: self.waiting.load(Relaxed),
+            kv_cells_used: self.kv_cells_used.load(Relaxed),
+            kv_cells_total: self.kv_cells_total.load(Relaxed),
+            steps: self.steps.load(Relaxed),
+            prompt_tokens: self.prompt_tokens.load(Relaxed),
+            generation_tokens: self.generation_tokens.load(Relaxed),
+            finished: self.finished.load(Relaxed),
+            cancelled: self.cancelled.load(Relaxed),
+        }
+    }
+
+    /// True while the engine thread runs and, when it has work, finished a step within
+    /// `stall_after`.
+    pub fn is_healthy(&self, stall_after: Duration) -> bool {
+        if !self.alive.load(Relaxed) {
+            return false;
+        }
+        if !self.busy.load(Relaxed) {
+            return true;
+        }
+        let since_progress = self.started.elapsed().as_millis() as u64
+            - self.last_progress_ms.load(Relaxed).min(self.started.elapsed().as_millis() as u64);
+        since_progress <= stall_after.as_millis() as u64
+    }
+
+    pub(crate) fn set_occupancy(&self, running: usize, waiting: usize, kv_cells_used: u64) {
+        self.running.store(running as u64, Relaxed);
+        self.waiting.store(waiting as u64, Relaxed);
+        self.kv_cells_used.store(kv_cells_used, Relaxed);
+    }
+
+    pub(crate) fn set_waiting(&self, waiting: usize) {
+        self.waiting.store(waiting as u64, Relaxed);
+    }
+
+    pub(crate) fn mark_progress(&self, busy: bool) {
+        self.busy.store(busy, Relaxed);
+        self.last_progress_ms.store(self.started.elapsed().as_millis() as u64, Relaxed);
+    }
+
+    pub(crate) fn record_step(&self) {
+        self.steps.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn record_finished(&self, prompt: u32, generated: u32, cancelled: bool) {
+        self.prompt_tokens.fetch_add(u64::from(prompt), Relaxed);
+        self.generation_tokens.fetch_add(u64::from(generated), Relaxed);
+        self.finished.fetch_add(1, Relaxed);
+        if cancelled {
+            self.cancelled.fetch_add(1, Relaxed);
+        }
+    }
+
+    pub(crate) fn mark_dead(&self) {
+        self.alive.store(false, Relaxed);
+        self.busy.store(false, Relaxed);
+    }
+}

@@ -1,0 +1,45 @@
+//! Engine options shared by `serve` and `generate`.
+
+use std::path::PathBuf;
+
+use rillm_engine::EngineConfig;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// GGUF model file (llama or qwen2 family). Default: SmolLM2-135M-Instruct Q4_1,
+    /// fetched into $RILLM_HOME (default ~/.cache/rillm) on first use.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// llama.cpp compute threads. Default: all cores.
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// KV cache cells per sequence (prompt + completion).
+    #[arg(long, default_value_t = 2048)]
+    pub ctx_size: u32,
+    /// Token budget of one engine step (decode tokens + prompt chunk).
+    #[arg(long, default_value_t = 256)]
+    pub prefill_chunk: usize,
+    /// Layers to offload to the GPU (builds with the `cuda` feature).
+    #[arg(long, default_value_t = 0)]
+    pub gpu_layers: u32,
+}
+
+impl ModelArgs {
+    /// The engine configuration, fetching the default model first when none was given.
+    pub fn engine_config(&self, max_running: usize, max_waiting: usize) -> anyhow::Result<EngineConfig> {
+        let path = match &self.model {
+            Some(path) => path.clone(),
+            None => rillm_engine::fetch::ensure_default_model(|m| eprintln!("rillm: {m}"))?,
+        };
+        let mut config = EngineConfig::new(path);
+        if let Some(threads) = self.threads {
+            config.threads = threads;
+        }
+        config.ctx_per_sequence = self.ctx_size;
+        config.prefill_chunk = self.prefill_chunk;
+        config.max_running = max_running;
+        config.max_waiting = max_waiting;
+        config.gpu_layers = self.gpu_layers;
+        Ok(config)
+    }
+}
