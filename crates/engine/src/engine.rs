@@ -153,6 +153,15 @@ impl Engine {
         }
     }
 
+    /// Text of `tokens`, decoded as one piece.
+    pub fn detokenize(&self, tokens: &[u32]) -> String {
+        let mut bytes = Vec::new();
+        for &t in tokens {
+            self.inner.tokenizer.append_token_bytes(t, &mut bytes);
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
     pub fn stats(&self) -> &EngineStats {
         &self.inner.stats
     }

@@ -1,0 +1,253 @@
+//! Engine behaviour on the real default model (SmolLM2-135M-Instruct Q4_1).
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rillm_engine::{
+    ChatMessage, Completion, Engine, EngineConfig, EngineError, FinishReason, GenerateRequest,
+    Rejected, RequestStream, SamplingParams, StreamEvent,
+};
+
+/// Tests share two cores; running engines one at a time keeps each test's timing sane.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn model_path() -> std::path::PathBuf {
+    match std::env::var_os("RILLM_MODEL") {
+        Some(p) => p.into(),
+        None => rillm_engine::fetch::ensure_default_model(|m| eprintln!("{m}")).expect("default model"),
+    }
+}
+
+fn engine(max_running: usize, max_waiting: usize, ctx: u32) -> Engine {
+    let mut config = EngineConfig::new(model_path());
+    config.max_running = max_running;
+    config.max_waiting = max_waiting;
+    config.ctx_per_sequence = ctx;
+    Engine::start(config).expect("engine starts")
+}
+
+fn greedy(prompt: &str, max_tokens: u32) -> GenerateRequest {
+    GenerateRequest::text(prompt).with_max_tokens(max_tokens).with_sampling(SamplingParams::greedy())
+}
+
+/// Drains a stream: (text, token ids, final event).
+fn collect(mut stream: RequestStream) -> (String, Vec<u32>, Completion) {
+    let (mut text, mut ids) = (String::new(), Vec::new());
+    while let Some(event) = stream.blocking_next() {
+        match event {
+            StreamEvent::Text { text: t, token_ids } => {
+                assert!(!t.is_empty(), "text events are never empty");
+                text.push_str(&t);
+                ids.extend(token_ids);
+            }
+            StreamEvent::Finished(done) => return (text, ids, done),
+        }
+    }
+    panic!("stream ended without a Finished event");
+}
+
+fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn greedy_generation_is_deterministic_and_streams_every_token() {
+    let _g = serial();
+    let engine = engine(2, 4, 512);
+    let a = collect(engine.submit(greedy("The capital of France is", 24)).unwrap());
+    let b = collect(engine.submit(greedy("The capital of France is", 24)).unwrap());
+    assert_eq!(a.0, b.0);
+    assert!(a.0.contains("Paris"), "unexpected answer: {:?}", a.0);
+    assert_eq!(a.2.finish_reason, FinishReason::Length);
+    assert_eq!(a.2.usage.completion_tokens, 24);
+    assert_eq!(a.1.len(), 24, "every generated token id is reported once");
+    assert_eq!(engine.detokenize(&a.1), a.0, "streamed text is the detokenized ids");
+    assert!(a.2.timings.ttft_ms > 0.0 && a.2.timings.decode_ms > 0.0);
+}
+
+#[test]
+fn four_prompts_batched_together_all_finish_coherently() {
+    let _g = serial();
+    let engine = engine(4, 4, 512);
+    let prompts = [
+        "The capital of France is",
+        "Water is made of hydrogen and",
+        "The opposite of hot is",
+        "def fibonacci(n):",
+    ];
+    let alone: Vec<_> = prompts.iter().map(|p| collect(engine.submit(greedy(p, 32)).unwrap())).collect();
+    let steps_before = engine.stats().snapshot().steps;
+    let streams: Vec<_> = prompts.iter().map(|p| engine.submit(greedy(p, 32)).unwrap()).collect();
+    let batched: Vec<_> = streams.into_iter().map(collect).collect();
+    let steps = engine.stats().snapshot().steps - steps_before;
+
+    let generated: u32 = batched.iter().map(|r| r.2.usage.completion_tokens).sum();
+    assert!(steps < u64::from(generated) / 2, "{steps} steps for {generated} tokens: not batched");
+    assert!(batched[0].0.contains("Paris"), "{:?}", batched[0].0);
+    for ((prompt, solo), together) in prompts.iter().zip(&alone).zip(&batched) {
+        // Batched kernels round differently, so only the start must agree token for token;
+        // a mixed-up position or sequence id would break it at once.
+        assert_eq!(solo.1[..4], together.1[..4], "{prompt:?}: {:?} vs {:?}", solo.0, together.0);
+        assert!(together.0.split_whitespace().count() >= 4, "{prompt:?} -> {:?}", together.0);
+    }
+}
+
+#[test]
+fn chat_prompt_stops_at_end_of_turn() {
+    let _g = serial();
+    let engine = engine(1, 1, 1024);
+    let request = GenerateRequest::chat(vec![ChatMessage::new("user", "Say hello in one short sentence.")])
+        .with_max_tokens(300)
+        .with_sampling(SamplingParams::greedy());
+    let (text, _, done) = collect(engine.submit(request).unwrap());
+    assert_eq!(done.finish_reason, FinishReason::Eos, "{text:?}");
+    assert!(done.usage.completion_tokens < 300);
+    assert!(!text.contains("<|im_end|>") && !text.contains("<|im_start|>"), "{text:?}");
+    assert!(text.split_whitespace().count() >= 3, "{text:?}");
+}
+
+#[test]
+fn stop_string_ends_generation_and_is_never_streamed() {
+    let _g = serial();
+    let engine = engine(1, 1, 512);
+    let prompt = "Here is a list of fruits: apple, banana,";
+    let (free, _, _) = collect(engine.submit(greedy(prompt, 40)).unwrap());
+    // Stop on a word from the middle of the unconstrained answer.
+    let words: Vec<&str> = free.split_whitespace().collect();
+    assert!(words.len() >= 6, "answer too short: {free:?}");
+    let stop = words[words.len() / 2].to_string();
+    let expected = &free[..free.find(&stop).unwrap()];
+
+    let (text, _, done) = collect(engine.submit(greedy(prompt, 40).with_stop(vec![stop.clone()])).unwrap());
+    assert_eq!(done.finish_reason, FinishReason::Stop);
+    assert_eq!(text, expected, "stop {stop:?}");
+    assert!(!text.contains(&stop));
+}
+
+#[test]
+fn multibyte_utf8_answer_streams_intact() {
+    let _g = serial();
+    let engine = engine(1, 1, 512);
+    let request = GenerateRequest::chat(vec![ChatMessage::new(
+        "user",
+        "Write the French sentence 'Le café est très bon, merci beaucoup' three times.",
+    )])
+    .with_max_tokens(80)
+    .with_sampling(SamplingParams::greedy());
+    let (text, ids, _) = collect(engine.submit(request).unwrap());
+    assert!(text.chars().any(|c| !c.is_ascii()), "no multi-byte text to check: {text:?}");
+    assert!(!text.contains('\u{FFFD}'), "{text:?}");
+    assert_eq!(engine.detokenize(&ids), text);
+}
+
+#[test]
+fn dropping_eight_running_streams_frees_every_sequence_and_kv_cell() {
+    let _g = serial();
+    let engine = engine(8, 8, 512);
+    let mut streams: Vec<_> = (0..8)
+        .map(|i| engine.submit(greedy(&format!("Story number {i}: once upon a time"), 400)).unwrap())
+        .collect();
+    for s in &mut streams {
+        assert!(matches!(s.blocking_next(), Some(StreamEvent::Text { .. })));
+    }
+    let busy = engine.stats().snapshot();
+    assert_eq!(busy.running, 8);
+    assert!(busy.kv_cells_used > 8 * 8, "{busy:?}");
+    drop(streams);
+    wait_until("all sequences freed", Duration::from_secs(5), || {
+        let s = engine.stats().snapshot();
+        s.running == 0 && s.kv_cells_used == 0 && s.waiting == 0
+    });
+    assert_eq!(engine.stats().snapshot().cancelled, 8);
+}
+
+#[test]
+fn full_queue_rejects_at_once() {
+    let _g = serial();
+    let engine = engine(1, 2, 512);
+    let mut running = engine.submit(greedy("Once upon a time", 400)).unwrap();
+    assert!(running.blocking_next().is_some());
+    let _waiting: Vec<_> = (0..2).map(|_| engine.submit(greedy("Hi", 8)).unwrap()).collect();
+    let start = Instant::now();
+    let rejected = engine.submit(greedy("Hi", 8)).unwrap_err();
+    assert_eq!(rejected, Rejected::QueueFull { capacity: 2 });
+    assert!(start.elapsed() < Duration::from_millis(500), "rejection waited for the model");
+}
+
+#[test]
+fn prompt_over_context_is_rejected_with_the_numbers() {
+    let _g = serial();
+    let engine = engine(1, 1, 64);
+    let long = "word ".repeat(100);
+    match engine.submit(greedy(&long, 8)).unwrap_err() {
+        Rejected::ContextOverflow { prompt_tokens, max_tokens, context } => {
+            assert!(prompt_tokens >= 100);
+            assert_eq!((max_tokens, context), (8, 64));
+        }
+        other => panic!("unexpected rejection {other:?}"),
+    }
+    let message = engine.submit(greedy(&long, 8)).unwrap_err().to_string();
+    assert!(message.contains("64") && message.contains("max_tokens"), "{message}");
+    // A prompt that fits still runs to the context's end when max_tokens is unset.
+    let mut fits = GenerateRequest::text("Once upon a time");
+    fits.sampling = SamplingParams::greedy();
+    fits.ignore_eos = true;
+    let (_, _, done) = collect(engine.submit(fits).unwrap());
+    assert_eq!(done.finish_reason, FinishReason::Length);
+    assert_eq!(done.usage.prompt_tokens + done.usage.completion_tokens, 64);
+}
+
+#[test]
+fn ignore_eos_generates_exactly_max_tokens() {
+    let _g = serial();
+    let engine = engine(1, 1, 512);
+    let mut request = GenerateRequest::chat(vec![ChatMessage::new("user", "Say hi.")])
+        .with_max_tokens(60)
+        .with_sampling(SamplingParams { temperature: 0.8, seed: Some(7), ..SamplingParams::default() });
+    request.ignore_eos = true;
+    let (_, ids, done) = collect(engine.submit(request).unwrap());
+    assert_eq!(done.finish_reason, FinishReason::Length);
+    assert_eq!(done.usage.completion_tokens, 60);
+    assert_eq!(ids.len(), 60);
+}
+
+#[test]
+fn seeded_sampling_is_reproducible_and_differs_across_seeds() {
+    let _g = serial();
+    let engine = engine(1, 2, 512);
+    let sampled = |seed| {
+        let sampling = SamplingParams { temperature: 1.0, top_p: 0.95, top_k: 40, seed: Some(seed) };
+        collect(engine.submit(greedy("My favourite animal is", 24).with_sampling(sampling)).unwrap()).0
+    };
+    assert_eq!(sampled(1), sampled(1));
+    assert_ne!(sampled(1), sampled(2));
+}
+
+#[test]
+fn corrupt_or_foreign_files_give_a_clear_error_naming_the_file() {
+    let _g = serial();
+    let dir = std::env::temp_dir().join(format!("rillm-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let corrupt = dir.join("corrupt.gguf");
+    let mut bytes = b"GGUF".to_vec();
+    bytes.extend(std::iter::repeat(0xAB).take(4096));
+    std::fs::write(&corrupt, bytes).unwrap();
+    let text = dir.join("notes.gguf");
+    std::fs::write(&text, "just some text").unwrap();
+
+    for (path, needle) in [(&corrupt, "could not load"), (&text, "not a GGUF file"), (&dir.join("missing.gguf"), "cannot open")] {
+        let err = Engine::start(EngineConfig::new(path)).err().expect("must fail");
+        assert!(matches!(err, EngineError::Model { .. }), "{err:?}");
+        let message = err.to_string();
+        assert!(message.contains(&path.display().to_string()) && message.contains(needle), "{message}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
