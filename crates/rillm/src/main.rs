@@ -2,6 +2,7 @@
 
 mod generate;
 mod model_args;
+mod serve;
 
 use clap::{Parser, Subcommand};
 
@@ -14,6 +15,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Serve the model over HTTP: /generate, /v1/completions, /v1/chat/completions.
+    Serve(serve::ServeArgs),
     /// Generate text from a prompt, streamed to stdout.
     Generate(generate::GenerateArgs),
     /// Manage the default model.
@@ -35,6 +38,7 @@ fn main() -> anyhow::Result<()> {
     init_tracing();
     let cli = Cli::parse();
     match cli.command {
+        Command::Serve(args) => serve::run(args),
         Command::Generate(args) => generate::run(args),
         Command::Model { command: ModelCommand::Fetch } => {
             let path = rillm_engine::fetch::default_model_path()?;
@@ -53,5 +57,6 @@ fn init_tracing() {
     // llama.cpp logs every tensor at info level; keep it to warnings unless asked.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,llama-cpp-2=warn,llama_cpp_2=warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).init();
 }

@@ -1,1 +1,126 @@
-//! placeholder
+//! rillm's HTTP layer: axum routes in front of a [`Backend`].
+//!
+//! Modules each do one job: `admission` decides whether a request gets in, `sse` streams
+//! it out, `observe` follows it to its end (metrics, log line, disconnects), `routes`
+//! speak the protocols, `shutdown` drains.
+
+mod admission;
+mod auth;
+mod backend;
+mod error;
+mod json;
+pub mod metrics;
+mod observe;
+mod openai;
+mod routes;
+mod shutdown;
+mod sse;
+mod state;
+
+use std::future::{Future, IntoFuture};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::DefaultBodyLimit;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{middleware, Extension, Router};
+use tokio::net::TcpListener;
+use tower_http::catch_panic::CatchPanicLayer;
+
+pub use backend::Backend;
+pub use error::ApiError;
+pub use state::{AppState, Phase};
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// When set, generation endpoints require `Authorization: Bearer <key>`.
+    pub api_key: Option<String>,
+    /// Log prompt text (off by default: prompts are user data).
+    pub log_prompts: bool,
+    /// How long in-flight requests may run after SIGTERM before they are cancelled.
+    pub shutdown_timeout: Duration,
+    pub max_body_bytes: usize,
+    /// Model name reported and accepted; default: the model file's stem.
+    pub served_model_name: Option<String>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            api_key: None,
+            log_prompts: false,
+            shutdown_timeout: Duration::from_secs(30),
+            max_body_bytes: 1 << 20,
+            served_model_name: None,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("loading the model failed: {0}")]
+    Load(String),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+pub fn router(state: AppState) -> Router {
+    let limit = state.config.max_body_bytes;
+    let protected = Router::new()
+        .route("/generate", post(routes::generate::generate))
+        .route("/v1/completions", post(routes::completions::completions))
+        .route("/v1/chat/completions", post(routes::chat::chat_completions))
+        .route("/v1/models", get(routes::info::models))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_api_key));
+    Router::new()
+        .merge(protected)
+        .route("/health", get(routes::info::health))
+        .route("/ready", get(routes::info::ready))
+        .route("/metrics", get(routes::info::prometheus))
+        .fallback(|| async { ApiError::not_found() })
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(Extension(json::BodyLimit(limit)))
+        .layer(CatchPanicLayer::custom(panic_response))
+        .with_state(state)
+}
+
+fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    tracing::error!("a request handler panicked");
+    ApiError::internal("internal error").into_response()
+}
+
+/// Serves on `listener` while `load` brings the backend up (`/ready` is 503 until then),
+/// until `shutdown` resolves; then drains and returns.
+pub async fn run<L>(
+    listener: TcpListener,
+    config: ServerConfig,
+    load: L,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError>
+where
+    L: FnOnce() -> Result<Arc<dyn Backend>, String> + Send + 'static,
+{
+    let state = AppState::new(config);
+    let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = axum::serve(listener, router(state.clone()))
+        .with_graceful_shutdown(async move {
+            let _ = http_stopped.await;
+        })
+        .into_future();
+    let server = tokio::spawn(server);
+
+    let backend = tokio::task::spawn_blocking(load)
+        .await
+        .map_err(|e| ServeError::Load(e.to_string()))?
+        .map_err(ServeError::Load)?;
+    state.set_backend(backend);
+    tracing::info!(model = %state.model_name(), "ready");
+
+    shutdown.await;
+    shutdown::drain(&state).await;
+    let _ = stop_http.send(());
+    // Idle keep-alive connections can hold graceful shutdown open; don't wait on them long.
+    let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
+    Ok(())
+}

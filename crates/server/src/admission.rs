@@ -1,0 +1,60 @@
+//! Admission: hands a validated request to the backend or answers why not, before any
+//! response header is sent. A rejection costs a queue-length check, not a model step.
+
+use std::time::Instant;
+
+use rillm_engine::{GenerateRequest, Rejected, RequestStream};
+
+use crate::error::ApiError;
+use crate::metrics;
+use crate::observe::RequestObserver;
+use crate::state::AppState;
+
+pub struct Admitted {
+    pub stream: RequestStream,
+    pub observer: RequestObserver,
+}
+
+/// `prompt_param` names the field a prompt-related rejection is about (`prompt` or
+/// `messages`).
+pub fn admit(
+    state: &AppState,
+    endpoint: &'static str,
+    prompt_param: &'static str,
+    request: GenerateRequest,
+    received: Instant,
+) -> Result<Admitted, ApiError> {
+    let backend = state.ready_backend().inspect_err(|_| metrics::record_rejected("unavailable"))?;
+    let log_prompt = state.config.log_prompts.then(|| format!("{:?}", request.prompt));
+    let stream = backend.submit(request).map_err(|rejected| {
+        let error = rejection_error(&rejected, prompt_param);
+        metrics::record_rejected(rejection_reason(&rejected));
+        tracing::info!(endpoint, status = error.status.as_u16(), reason = %rejected, "request rejected");
+        error
+    })?;
+    if let Some(prompt) = log_prompt {
+        tracing::info!(id = stream.id(), endpoint, prompt = %prompt, "prompt");
+    }
+    let observer = RequestObserver::new(stream.id(), endpoint, &state.model_name(), received, state.in_flight.clone());
+    Ok(Admitted { stream, observer })
+}
+
+fn rejection_error(rejected: &Rejected, prompt_param: &'static str) -> ApiError {
+    let message = rejected.to_string();
+    match rejected {
+        Rejected::QueueFull { .. } => ApiError::overloaded(message),
+        Rejected::ContextOverflow { .. } => ApiError::invalid(prompt_param, message).with_code("context_length_exceeded"),
+        Rejected::EmptyPrompt => ApiError::invalid(prompt_param, message).with_code("empty_prompt"),
+        Rejected::InvalidRequest(_) => ApiError::invalid(prompt_param, message),
+        Rejected::ShuttingDown => ApiError::unavailable(message),
+    }
+}
+
+fn rejection_reason(rejected: &Rejected) -> &'static str {
+    match rejected {
+        Rejected::QueueFull { .. } => "queue_full",
+        Rejected::ContextOverflow { .. } => "context_overflow",
+        Rejected::EmptyPrompt | Rejected::InvalidRequest(_) => "invalid",
+        Rejected::ShuttingDown => "unavailable",
+    }
+}

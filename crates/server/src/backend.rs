@@ -1,0 +1,42 @@
+//! The one seam between HTTP and inference: handlers see only this trait.
+
+use rillm_engine::{Engine, GenerateRequest, Rejected, RequestStream, StatsSnapshot};
+
+pub trait Backend: Send + Sync + 'static {
+    fn submit(&self, request: GenerateRequest) -> Result<RequestStream, Rejected>;
+    /// The name clients use in `model` and that `/v1/models` lists.
+    fn model_name(&self) -> &str;
+    fn context_length(&self) -> u32;
+    fn stats(&self) -> StatsSnapshot;
+    /// The engine thread is alive and, if it has work, making progress.
+    fn is_healthy(&self) -> bool;
+    /// Cancels everything and stops the engine.
+    fn shutdown(&self);
+}
+
+impl Backend for Engine {
+    fn submit(&self, request: GenerateRequest) -> Result<RequestStream, Rejected> {
+        Engine::submit(self, request)
+    }
+
+    fn model_name(&self) -> &str {
+        Engine::model_name(self)
+    }
+
+    fn context_length(&self) -> u32 {
+        self.ctx_per_sequence()
+    }
+
+    fn stats(&self) -> StatsSnapshot {
+        Engine::stats(self).snapshot()
+    }
+
+    fn is_healthy(&self) -> bool {
+        // A step on this model takes milliseconds; ten seconds without one means stuck.
+        Engine::stats(self).is_healthy(std::time::Duration::from_secs(10))
+    }
+
+    fn shutdown(&self) {
+        Engine::shutdown(self);
+    }
+}

@@ -1,0 +1,86 @@
+//! Prometheus metrics under vLLM's names, so gateways that route on vLLM's metrics
+//! (Gateway API Inference Extension, llm-d) can route on rillm's.
+
+use std::sync::OnceLock;
+
+use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::backend::Backend;
+
+pub const RUNNING: &str = "vllm:num_requests_running";
+pub const WAITING: &str = "vllm:num_requests_waiting";
+pub const KV_USAGE: &str = "vllm:kv_cache_usage_perc";
+pub const TTFT: &str = "vllm:time_to_first_token_seconds";
+pub const ITL: &str = "vllm:inter_token_latency_seconds";
+pub const E2E: &str = "vllm:e2e_request_latency_seconds";
+pub const QUEUE_TIME: &str = "vllm:request_queue_time_seconds";
+pub const PROMPT_TOKENS: &str = "vllm:prompt_tokens_total";
+pub const GENERATION_TOKENS: &str = "vllm:generation_tokens_total";
+pub const SUCCESS: &str = "vllm:request_success_total";
+pub const REJECTED: &str = "rillm_requests_rejected_total";
+pub const DISCONNECTS: &str = "rillm_client_disconnects_total";
+
+const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0,
+];
+
+/// The process-wide recorder: `metrics` has one global recorder, so every server in the
+/// process (tests start several) shares it.
+pub fn handle() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let builder = [TTFT, ITL, E2E, QUEUE_TIME].into_iter().fold(PrometheusBuilder::new(), |b, name| {
+            b.set_buckets_for_metric(Matcher::Full(name.to_string()), LATENCY_BUCKETS)
+                .expect("static, non-empty buckets")
+        });
+        let recorder = builder.build_recorder();
+        let handle = recorder.handle();
+        // Fails only if another recorder was installed first; then ours just stays empty.
+        let _ = metrics::set_global_recorder(recorder);
+        handle
+    })
+}
+
+/// Renders the exposition text, refreshing the engine gauges first.
+pub fn render(backend: Option<&dyn Backend>) -> String {
+    let handle = handle();
+    if let Some(backend) = backend {
+        let model = backend.model_name().to_string();
+        let stats = backend.stats();
+        gauge!(RUNNING, "model_name" => model.clone()).set(stats.running as f64);
+        gauge!(WAITING, "model_name" => model.clone()).set(stats.waiting as f64);
+        gauge!(KV_USAGE, "model_name" => model).set(stats.kv_usage());
+    }
+    handle.run_upkeep();
+    handle.render()
+}
+
+pub fn record_rejected(reason: &'static str) {
+    counter!(REJECTED, "reason" => reason).increment(1);
+}
+
+pub fn record_disconnect() {
+    counter!(DISCONNECTS).increment(1);
+}
+
+pub fn record_first_token(model: &str, seconds: f64) {
+    histogram!(TTFT, "model_name" => model.to_string()).record(seconds);
+}
+
+pub fn record_inter_token(model: &str, seconds: f64, tokens: usize) {
+    let h = histogram!(ITL, "model_name" => model.to_string());
+    for _ in 0..tokens {
+        h.record(seconds / tokens as f64);
+    }
+}
+
+pub fn record_finished(model: &str, reason: &'static str, e2e_s: f64, queue_s: f64, prompt: u32, generated: u32) {
+    let model = model.to_string();
+    histogram!(E2E, "model_name" => model.clone()).record(e2e_s);
+    histogram!(QUEUE_TIME, "model_name" => model.clone()).record(queue_s);
+    counter!(PROMPT_TOKENS, "model_name" => model.clone()).increment(u64::from(prompt));
+    counter!(GENERATION_TOKENS, "model_name" => model.clone()).increment(u64::from(generated));
+    counter!(SUCCESS, "model_name" => model, "finished_reason" => reason).increment(1);
+}

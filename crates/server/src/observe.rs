@@ -1,0 +1,96 @@
+//! Follows one admitted request to its end: metrics, the one log line, the in-flight count,
+//! and disconnect detection (dropped before its final event means the client went away).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use rillm_engine::Completion;
+
+use crate::metrics;
+
+pub struct RequestObserver {
+    id: u64,
+    endpoint: &'static str,
+    model: String,
+    received: Instant,
+    first_token: Option<Instant>,
+    last_token: Option<Instant>,
+    finished: bool,
+    in_flight: Arc<AtomicUsize>,
+}
+
+impl RequestObserver {
+    pub fn new(id: u64, endpoint: &'static str, model: &str, received: Instant, in_flight: Arc<AtomicUsize>) -> Self {
+        in_flight.fetch_add(1, Ordering::SeqCst);
+        Self {
+            id,
+            endpoint,
+            model: model.to_string(),
+            received,
+            first_token: None,
+            last_token: None,
+            finished: false,
+            in_flight,
+        }
+    }
+
+    pub fn on_tokens(&mut self, tokens: usize) {
+        let now = Instant::now();
+        match self.last_token {
+            None => {
+                self.first_token = Some(now);
+                metrics::record_first_token(&self.model, (now - self.received).as_secs_f64());
+            }
+            Some(last) => metrics::record_inter_token(&self.model, (now - last).as_secs_f64(), tokens.max(1)),
+        }
+        self.last_token = Some(now);
+    }
+
+    pub fn on_finish(&mut self, done: &Completion) {
+        self.finished = true;
+        let e2e = self.received.elapsed();
+        let reason = done.finish_reason.openai();
+        metrics::record_finished(
+            &self.model,
+            reason,
+            e2e.as_secs_f64(),
+            done.timings.queue_ms / 1000.0,
+            done.usage.prompt_tokens,
+            done.usage.completion_tokens,
+        );
+        tracing::info!(
+            id = self.id,
+            endpoint = self.endpoint,
+            status = if done.error.is_some() { "error" } else { "ok" },
+            prompt_tokens = done.usage.prompt_tokens,
+            completion_tokens = done.usage.completion_tokens,
+            ttft_ms = format_args!("{:.1}", self.ttft_ms()),
+            e2e_ms = format_args!("{:.1}", e2e.as_secs_f64() * 1000.0),
+            finish_reason = done.finish_reason.as_str(),
+            "request"
+        );
+    }
+
+    fn ttft_ms(&self) -> f64 {
+        self.first_token.map_or(0.0, |t| (t - self.received).as_secs_f64() * 1000.0)
+    }
+}
+
+impl Drop for RequestObserver {
+    fn drop(&mut self) {
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if !self.finished {
+            metrics::record_disconnect();
+            tracing::info!(
+                id = self.id,
+                endpoint = self.endpoint,
+                status = "client_disconnected",
+                ttft_ms = format_args!("{:.1}", self.ttft_ms()),
+                e2e_ms = format_args!("{:.1}", self.received.elapsed().as_secs_f64() * 1000.0),
+                finish_reason = "cancelled",
+                "request"
+            );
+        }
+    }
+}

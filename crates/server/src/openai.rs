@@ -1,0 +1,113 @@
+//! Request fields and validation shared by the OpenAI-style endpoints and `/generate`.
+
+use rillm_engine::{GenerateRequest, Prompt, SamplingParams, Usage};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+
+/// `stop` may be one string or a list.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum StopInput {
+    One(String),
+    Many(Vec<String>),
+}
+
+const MAX_STOP_STRINGS: usize = 16;
+
+/// The generation knobs every endpoint accepts, before validation.
+#[derive(Debug, Default)]
+pub struct GenerationParams {
+    pub max_tokens: Option<i64>,
+    /// The field name `max_tokens` came from, for error messages.
+    pub max_tokens_param: &'static str,
+    pub default_max_tokens: Option<u32>,
+    pub temperature: Option<f64>,
+    pub default_temperature: f32,
+    pub top_p: Option<f64>,
+    pub top_k: Option<i64>,
+    pub seed: Option<i64>,
+    pub n: Option<i64>,
+    pub stop: Option<StopInput>,
+    pub ignore_eos: Option<bool>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+}
+
+impl GenerationParams {
+    pub fn into_request(self, prompt: Prompt) -> Result<GenerateRequest, ApiError> {
+        let max_tokens = match self.max_tokens {
+            None => self.default_max_tokens,
+            Some(n) if n < 1 => {
+                return Err(ApiError::invalid(self.max_tokens_param, format!("`{}` must be at least 1, got {n}", self.max_tokens_param)))
+            }
+            Some(n) => Some(u32::try_from(n).map_err(|_| ApiError::invalid(self.max_tokens_param, format!("`{}` is too large", self.max_tokens_param)))?),
+        };
+        let temperature = match self.temperature {
+            None => self.default_temperature,
+            Some(t) if t.is_finite() && (0.0..=2.0).contains(&t) => t as f32,
+            Some(t) => return Err(ApiError::invalid("temperature", format!("`temperature` must be between 0 and 2, got {t}"))),
+        };
+        let top_p = match self.top_p {
+            None => 1.0,
+            Some(p) if p > 0.0 && p <= 1.0 => p as f32,
+            Some(p) => return Err(ApiError::invalid("top_p", format!("`top_p` must be in (0, 1], got {p}"))),
+        };
+        let top_k = match self.top_k {
+            None | Some(-1) | Some(0) => 0,
+            Some(k) if k > 0 => u32::try_from(k).unwrap_or(u32::MAX),
+            Some(k) => return Err(ApiError::invalid("top_k", format!("`top_k` must be -1, 0 (disabled) or positive, got {k}"))),
+        };
+        if let Some(n) = self.n.filter(|&n| n != 1) {
+            return Err(ApiError::invalid("n", format!("only `n` = 1 is supported, got {n}")));
+        }
+        for (name, value) in [("presence_penalty", self.presence_penalty), ("frequency_penalty", self.frequency_penalty)] {
+            if value.is_some_and(|v| v != 0.0) {
+                return Err(ApiError::invalid(name, format!("`{name}` is not supported; leave it unset or 0")));
+            }
+        }
+        let stop = match self.stop {
+            None => Vec::new(),
+            Some(StopInput::One(s)) => vec![s],
+            Some(StopInput::Many(list)) if list.len() > MAX_STOP_STRINGS => {
+                return Err(ApiError::invalid("stop", format!("at most {MAX_STOP_STRINGS} stop strings, got {}", list.len())))
+            }
+            Some(StopInput::Many(list)) => list,
+        };
+        let sampling = SamplingParams { temperature, top_p, top_k, seed: self.seed.map(|s| s as u64) };
+        let mut request = GenerateRequest::new(prompt).with_sampling(sampling).with_stop(stop);
+        request.max_tokens = max_tokens;
+        request.ignore_eos = self.ignore_eos.unwrap_or(false);
+        Ok(request)
+    }
+}
+
+pub fn usage_json(usage: &Usage) -> Value {
+    json!({
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+    })
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Rejects fields rillm accepts syntactically but cannot honour, instead of ignoring them.
+pub fn reject_if(present: bool, param: &'static str) -> Result<(), ApiError> {
+    if present {
+        Err(ApiError::invalid(param, format!("`{param}` is not supported by this server")))
+    } else {
+        Ok(())
+    }
+}

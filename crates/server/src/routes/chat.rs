@@ -1,0 +1,205 @@
+//! `POST /v1/chat/completions`, streaming and not, in the OpenAI API's shapes.
+
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::response::sse::Event;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use rillm_engine::{ChatMessage, Completion, Prompt};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::admission::admit;
+use crate::error::ApiError;
+use crate::json::JsonBody;
+use crate::openai::{reject_if, unix_now, usage_json, GenerationParams, StopInput, StreamOptions};
+use crate::sse::{collect, json_event, sse_response, StreamFormat};
+use crate::state::AppState;
+
+#[derive(Debug, Deserialize)]
+pub struct ChatBody {
+    model: Option<String>,
+    messages: Vec<MessageInput>,
+    max_tokens: Option<i64>,
+    max_completion_tokens: Option<i64>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    top_k: Option<i64>,
+    seed: Option<i64>,
+    n: Option<i64>,
+    stop: Option<StopInput>,
+    #[serde(default)]
+    stream: bool,
+    stream_options: Option<StreamOptions>,
+    ignore_eos: Option<bool>,
+    presence_penalty: Option<f64>,
+    frequency_penalty: Option<f64>,
+    #[serde(default)]
+    logprobs: bool,
+    tools: Option<Vec<Value>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct MessageInput {
+    role: String,
+    content: Option<ContentInput>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum ContentInput {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Debug, Deserialize)]
+struct ContentPart {
+    #[serde(rename = "type")]
+    kind: String,
+    text: Option<String>,
+}
+
+const ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool"];
+
+fn messages(input: Vec<MessageInput>) -> Result<Vec<ChatMessage>, ApiError> {
+    if input.is_empty() {
+        return Err(ApiError::invalid("messages", "`messages` must contain at least one message"));
+    }
+    input
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            if !ROLES.contains(&m.role.as_str()) {
+                return Err(ApiError::invalid(format!("messages[{i}].role"), format!("unknown role `{}`; expected one of {}", m.role, ROLES.join(", "))));
+            }
+            let content = match m.content {
+                None => String::new(),
+                Some(ContentInput::Text(t)) => t,
+                Some(ContentInput::Parts(parts)) => {
+                    let mut text = String::new();
+                    for (j, part) in parts.into_iter().enumerate() {
+                        match (part.kind.as_str(), part.text) {
+                            ("text", Some(t)) => text.push_str(&t),
+                            (kind, _) => {
+                                return Err(ApiError::invalid(format!("messages[{i}].content[{j}]"), format!("content part of type `{kind}` is not supported; only text")))
+                            }
+                        }
+                    }
+                    text
+                }
+            };
+            Ok(ChatMessage::new(m.role, content))
+        })
+        .collect()
+}
+
+pub async fn chat_completions(State(state): State<AppState>, JsonBody(body): JsonBody<ChatBody>) -> Result<Response, ApiError> {
+    let received = Instant::now();
+    state.check_model(body.model.as_deref())?;
+    reject_if(body.logprobs, "logprobs")?;
+    reject_if(body.tools.as_ref().is_some_and(|t| !t.is_empty()), "tools")?;
+    let messages = messages(body.messages)?;
+    let (max_tokens, max_tokens_param) = match (body.max_completion_tokens, body.max_tokens) {
+        (Some(n), _) => (Some(n), "max_completion_tokens"),
+        (None, n) => (n, "max_tokens"),
+    };
+    let request = GenerationParams {
+        max_tokens,
+        max_tokens_param,
+        // Unset means "until end of turn or the context is full", as in vLLM.
+        default_max_tokens: None,
+        temperature: body.temperature,
+        default_temperature: 1.0,
+        top_p: body.top_p,
+        top_k: body.top_k,
+        seed: body.seed,
+        n: body.n,
+        stop: body.stop,
+        ignore_eos: body.ignore_eos,
+        presence_penalty: body.presence_penalty,
+        frequency_penalty: body.frequency_penalty,
+    }
+    .into_request(Prompt::Chat(messages))?;
+    let admitted = admit(&state, "chat", "messages", request, received)?;
+    let format = ChatFormat {
+        id: format!("chatcmpl-{}", admitted.stream.id()),
+        created: unix_now(),
+        model: state.model_name(),
+        include_usage: body.stream_options.is_some_and(|o| o.include_usage),
+    };
+    if body.stream {
+        return Ok(sse_response(admitted, format));
+    }
+    let (text, done) = collect(admitted).await;
+    if let Some(error) = done.error {
+        return Err(ApiError::internal(error));
+    }
+    Ok(Json(json!({
+        "id": format.id,
+        "object": "chat.completion",
+        "created": format.created,
+        "model": format.model,
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": null,
+            "finish_reason": done.finish_reason.openai(),
+        }],
+        "usage": usage_json(&done.usage),
+    }))
+    .into_response())
+}
+
+struct ChatFormat {
+    id: String,
+    created: u64,
+    model: String,
+    include_usage: bool,
+}
+
+impl ChatFormat {
+    fn chunk(&self, delta: Value, finish_reason: Option<&str>) -> Event {
+        let mut chunk = json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish_reason}],
+        });
+        if self.include_usage {
+            chunk["usage"] = Value::Null;
+        }
+        json_event(&chunk)
+    }
+}
+
+impl StreamFormat for ChatFormat {
+    fn opening(&mut self) -> Vec<Event> {
+        vec![self.chunk(json!({"role": "assistant", "content": ""}), None)]
+    }
+
+    fn text(&mut self, text: &str, _token_ids: &[u32]) -> Event {
+        self.chunk(json!({"content": text}), None)
+    }
+
+    fn finish(&mut self, done: &Completion) -> Vec<Event> {
+        let mut events = Vec::with_capacity(4);
+        if let Some(error) = &done.error {
+            events.push(json_event(&ApiError::internal(error.clone()).body()));
+        }
+        events.push(self.chunk(json!({}), Some(done.finish_reason.openai())));
+        if self.include_usage {
+            events.push(json_event(&json!({
+                "id": self.id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model,
+                "choices": [],
+                "usage": usage_json(&done.usage),
+            })));
+        }
+        events.push(Event::default().data("[DONE]"));
+        events
+    }
+}

@@ -1,0 +1,155 @@
+//! `POST /v1/completions`, streaming and not, in the OpenAI API's shapes.
+
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::response::sse::Event;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use rillm_engine::{Completion, Prompt};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::admission::admit;
+use crate::error::ApiError;
+use crate::json::JsonBody;
+use crate::openai::{reject_if, unix_now, usage_json, GenerationParams, StopInput, StreamOptions};
+use crate::sse::{collect, json_event, sse_response, StreamFormat};
+use crate::state::AppState;
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum PromptInput {
+    One(String),
+    Many(Vec<String>),
+    /// Recognised only to be refused with a clear message.
+    #[allow(dead_code)]
+    Tokens(Vec<i64>),
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CompletionBody {
+    model: Option<String>,
+    prompt: PromptInput,
+    max_tokens: Option<i64>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    top_k: Option<i64>,
+    seed: Option<i64>,
+    n: Option<i64>,
+    stop: Option<StopInput>,
+    #[serde(default)]
+    stream: bool,
+    stream_options: Option<StreamOptions>,
+    ignore_eos: Option<bool>,
+    presence_penalty: Option<f64>,
+    frequency_penalty: Option<f64>,
+    logprobs: Option<Value>,
+    #[serde(default)]
+    echo: bool,
+    best_of: Option<i64>,
+}
+
+/// OpenAI's default for completions.
+const DEFAULT_MAX_TOKENS: u32 = 16;
+
+pub async fn completions(State(state): State<AppState>, JsonBody(body): JsonBody<CompletionBody>) -> Result<Response, ApiError> {
+    let received = Instant::now();
+    state.check_model(body.model.as_deref())?;
+    reject_if(body.logprobs.as_ref().is_some_and(|v| !v.is_null()), "logprobs")?;
+    reject_if(body.echo, "echo")?;
+    reject_if(body.best_of.is_some_and(|b| b != 1), "best_of")?;
+    let prompt = match body.prompt {
+        PromptInput::One(p) => p,
+        PromptInput::Many(mut list) if list.len() == 1 => list.remove(0),
+        PromptInput::Many(list) => {
+            return Err(ApiError::invalid("prompt", format!("one prompt per request is supported, got {}", list.len())))
+        }
+        PromptInput::Tokens(_) => return Err(ApiError::invalid("prompt", "token-id prompts are not supported; send text")),
+    };
+    if prompt.is_empty() {
+        return Err(ApiError::invalid("prompt", "`prompt` must not be empty"));
+    }
+    let request = GenerationParams {
+        max_tokens: body.max_tokens,
+        max_tokens_param: "max_tokens",
+        default_max_tokens: Some(DEFAULT_MAX_TOKENS),
+        temperature: body.temperature,
+        default_temperature: 1.0,
+        top_p: body.top_p,
+        top_k: body.top_k,
+        seed: body.seed,
+        n: body.n,
+        stop: body.stop,
+        ignore_eos: body.ignore_eos,
+        presence_penalty: body.presence_penalty,
+        frequency_penalty: body.frequency_penalty,
+    }
+    .into_request(Prompt::Text(prompt))?;
+    let admitted = admit(&state, "completions", "prompt", request, received)?;
+    let format = CompletionFormat {
+        id: format!("cmpl-{}", admitted.stream.id()),
+        created: unix_now(),
+        model: state.model_name(),
+        include_usage: body.stream_options.is_some_and(|o| o.include_usage),
+    };
+    if body.stream {
+        return Ok(sse_response(admitted, format));
+    }
+    let (text, done) = collect(admitted).await;
+    if let Some(error) = done.error {
+        return Err(ApiError::internal(error));
+    }
+    Ok(Json(json!({
+        "id": format.id,
+        "object": "text_completion",
+        "created": format.created,
+        "model": format.model,
+        "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": done.finish_reason.openai()}],
+        "usage": usage_json(&done.usage),
+    }))
+    .into_response())
+}
+
+struct CompletionFormat {
+    id: String,
+    created: u64,
+    model: String,
+    include_usage: bool,
+}
+
+impl CompletionFormat {
+    fn chunk(&self, choices: Value, usage: Value) -> Event {
+        let mut chunk = json!({
+            "id": self.id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        });
+        if self.include_usage {
+            chunk["usage"] = usage;
+        }
+        json_event(&chunk)
+    }
+}
+
+impl StreamFormat for CompletionFormat {
+    fn text(&mut self, text: &str, _token_ids: &[u32]) -> Event {
+        self.chunk(json!([{"index": 0, "text": text, "logprobs": null, "finish_reason": null}]), Value::Null)
+    }
+
+    fn finish(&mut self, done: &Completion) -> Vec<Event> {
+        let mut events = Vec::with_capacity(4);
+        if let Some(error) = &done.error {
+            events.push(json_event(&ApiError::internal(error.clone()).body()));
+        }
+        let reason = done.finish_reason.openai();
+        events.push(self.chunk(json!([{"index": 0, "text": "", "logprobs": null, "finish_reason": reason}]), Value::Null));
+        if self.include_usage {
+            events.push(self.chunk(json!([]), usage_json(&done.usage)));
+        }
+        events.push(Event::default().data("[DONE]"));
+        events
+    }
+}

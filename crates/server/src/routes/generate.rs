@@ -1,0 +1,103 @@
+//! `POST /generate`: rillm's own streaming protocol (the prototype's endpoint).
+//!
+//! Each new text piece is `data: {"text", "token_ids"}`; the end is `event: done` with
+//! finish reason, usage and server timings; a failure mid-stream is `event: error`.
+
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::response::sse::Event;
+use axum::response::Response;
+use rillm_engine::{ChatMessage, Completion, Prompt};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::admission::admit;
+use crate::error::ApiError;
+use crate::json::JsonBody;
+use crate::openai::{usage_json, GenerationParams, StopInput};
+use crate::sse::{json_event, sse_response, StreamFormat};
+use crate::state::AppState;
+
+#[derive(Debug, Deserialize)]
+pub struct GenerateBody {
+    prompt: String,
+    max_tokens: Option<i64>,
+    max_new_tokens: Option<i64>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    top_k: Option<i64>,
+    seed: Option<i64>,
+    stop: Option<StopInput>,
+    /// Wrap the prompt as one user message and apply the model's chat template.
+    #[serde(default)]
+    chat: bool,
+    ignore_eos: Option<bool>,
+}
+
+const DEFAULT_MAX_TOKENS: u32 = 128;
+
+pub async fn generate(State(state): State<AppState>, JsonBody(body): JsonBody<GenerateBody>) -> Result<Response, ApiError> {
+    let received = Instant::now();
+    if body.prompt.is_empty() {
+        return Err(ApiError::invalid("prompt", "`prompt` must not be empty"));
+    }
+    if body.max_tokens.is_some() && body.max_new_tokens.is_some() {
+        return Err(ApiError::invalid("max_new_tokens", "give `max_tokens` or `max_new_tokens`, not both"));
+    }
+    let (max_tokens, max_tokens_param) = match (body.max_tokens, body.max_new_tokens) {
+        (None, Some(n)) => (Some(n), "max_new_tokens"),
+        (n, _) => (n, "max_tokens"),
+    };
+    let prompt = if body.chat {
+        Prompt::Chat(vec![ChatMessage::new("user", body.prompt)])
+    } else {
+        Prompt::Text(body.prompt)
+    };
+    let request = GenerationParams {
+        max_tokens,
+        max_tokens_param,
+        default_max_tokens: Some(DEFAULT_MAX_TOKENS),
+        temperature: body.temperature,
+        // Greedy unless asked: the same prompt gives the same answer, as in the prototype.
+        default_temperature: 0.0,
+        top_p: body.top_p,
+        top_k: body.top_k,
+        seed: body.seed,
+        stop: body.stop,
+        ignore_eos: body.ignore_eos,
+        ..GenerationParams::default()
+    }
+    .into_request(prompt)?;
+    let admitted = admit(&state, "generate", "prompt", request, received)?;
+    Ok(sse_response(admitted, GenerateFormat))
+}
+
+struct GenerateFormat;
+
+impl StreamFormat for GenerateFormat {
+    fn text(&mut self, text: &str, token_ids: &[u32]) -> Event {
+        json_event(&json!({"text": text, "token_ids": token_ids}))
+    }
+
+    fn finish(&mut self, done: &Completion) -> Vec<Event> {
+        let t = &done.timings;
+        let body = json!({
+            "finish_reason": done.finish_reason.as_str(),
+            "usage": usage_json(&done.usage),
+            "timings": {
+                "queue_ms": t.queue_ms,
+                "prefill_ms": t.prefill_ms,
+                "ttft_ms": t.ttft_ms,
+                "decode_ms": t.decode_ms,
+            },
+        });
+        let mut events = Vec::with_capacity(2);
+        if let Some(error) = &done.error {
+            let error = ApiError::internal(error.clone());
+            events.push(Event::default().event("error").data(error.body().to_string()));
+        }
+        events.push(Event::default().event("done").data(body.to_string()));
+        events
+    }
+}

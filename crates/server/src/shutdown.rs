@@ -1,0 +1,36 @@
+//! Graceful drain: stop admitting, let in-flight requests finish for a while, then cancel.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crate::state::AppState;
+
+pub async fn drain(state: &AppState) {
+    state.begin_draining();
+    let timeout = state.config.shutdown_timeout;
+    tracing::info!(in_flight = state.in_flight.load(Ordering::SeqCst), ?timeout, "draining");
+    let deadline = Instant::now() + timeout;
+    while !is_idle(state) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if !is_idle(state) {
+        tracing::warn!(in_flight = state.in_flight.load(Ordering::SeqCst), "shutdown timeout: cancelling");
+    }
+    if let Some(backend) = state.backend().cloned() {
+        // Cancelled streams get their final event; joining the engine thread blocks.
+        let _ = tokio::task::spawn_blocking(move || backend.shutdown()).await;
+    }
+    // Let the last events of cancelled streams reach their clients.
+    let flush_deadline = Instant::now() + Duration::from_secs(1);
+    while state.in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < flush_deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn is_idle(state: &AppState) -> bool {
+    let engine_idle = state.backend().is_none_or(|b| {
+        let s = b.stats();
+        s.running == 0 && s.waiting == 0
+    });
+    engine_idle && state.in_flight.load(Ordering::SeqCst) == 0
+}

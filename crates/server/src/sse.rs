@@ -1,0 +1,110 @@
+//! Turns an admitted request's engine stream into an SSE response, or collects it whole.
+//!
+//! The body stream owns the engine stream: when hyper drops the body because the client
+//! went away, the engine stream drops with it and the engine cancels the request.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::http::HeaderValue;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use rillm_engine::{Completion, FinishReason, ServerTimings, StreamEvent, Usage};
+
+use crate::admission::Admitted;
+
+/// How one protocol spells the events of a stream.
+pub trait StreamFormat: Send + 'static {
+    /// Sent before the first text (chat's role delta).
+    fn opening(&mut self) -> Vec<Event> {
+        Vec::new()
+    }
+    fn text(&mut self, text: &str, token_ids: &[u32]) -> Event;
+    /// Sent after the last text.
+    fn finish(&mut self, done: &Completion) -> Vec<Event>;
+}
+
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+pub fn sse_response(admitted: Admitted, format: impl StreamFormat) -> Response {
+    struct Progress<F> {
+        admitted: Admitted,
+        format: F,
+        opened: bool,
+        done: bool,
+    }
+    let progress = Progress { admitted, format, opened: false, done: false };
+    let events = futures::stream::unfold(progress, |mut p| async move {
+        if p.done {
+            return None;
+        }
+        if !p.opened {
+            p.opened = true;
+            let opening = p.format.opening();
+            return Some((opening, p));
+        }
+        let events = match p.admitted.stream.next_event().await {
+            Some(StreamEvent::Text { text, token_ids }) => {
+                p.admitted.observer.on_tokens(token_ids.len());
+                vec![p.format.text(&text, &token_ids)]
+            }
+            Some(StreamEvent::Finished(done)) => {
+                p.done = true;
+                p.admitted.observer.on_finish(&done);
+                p.format.finish(&done)
+            }
+            None => {
+                p.done = true;
+                let lost = engine_lost();
+                p.admitted.observer.on_finish(&lost);
+                p.format.finish(&lost)
+            }
+        };
+        Some((events, p))
+    })
+    .flat_map(|events| futures::stream::iter(events.into_iter().map(Ok::<_, Infallible>)));
+
+    let mut response = Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)).into_response();
+    let headers = response.headers_mut();
+    headers.insert("cache-control", HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+/// Waits for the whole completion. Dropping the returned future (client gone) cancels.
+pub async fn collect(mut admitted: Admitted) -> (String, Completion) {
+    let mut text = String::new();
+    loop {
+        match admitted.stream.next_event().await {
+            Some(StreamEvent::Text { text: piece, token_ids }) => {
+                admitted.observer.on_tokens(token_ids.len());
+                text.push_str(&piece);
+            }
+            Some(StreamEvent::Finished(done)) => {
+                admitted.observer.on_finish(&done);
+                return (text, done);
+            }
+            None => {
+                let lost = engine_lost();
+                admitted.observer.on_finish(&lost);
+                return (text, lost);
+            }
+        }
+    }
+}
+
+/// The engine thread ended without finishing the request (it died or was shut down).
+fn engine_lost() -> Completion {
+    Completion {
+        finish_reason: FinishReason::Error,
+        usage: Usage::default(),
+        timings: ServerTimings::default(),
+        error: Some("the engine stopped before the request finished".into()),
+    }
+}
+
+/// `data: <json>` for a serializable value.
+pub fn json_event(value: &serde_json::Value) -> Event {
+    Event::default().data(value.to_string())
+}
