@@ -40,7 +40,8 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         if inner.is_syntax() || inner.is_eof() {
             ApiError::bad_request(format!("malformed JSON: {inner}")).with_code("invalid_json")
         } else if let Some(field) = missing_field(&inner.to_string()) {
-            ApiError::invalid(field, format!("invalid request: {inner}")).with_code("missing_field")
+            let param = if path == "." { field } else { format!("{path}.{field}") };
+            ApiError::invalid(param, format!("invalid request: {inner}")).with_code("missing_field")
         } else if path == "." {
             ApiError::bad_request(format!("invalid request: {inner}"))
         } else {

@@ -66,6 +66,8 @@ pub enum ServeError {
 }
 
 pub fn router(state: AppState) -> Router {
+    // Install the recorder before the first request records anything.
+    metrics::handle();
     let limit = state.config.max_body_bytes;
     let protected = Router::new()
         .route("/generate", post(routes::generate::generate))

@@ -1,0 +1,126 @@
+//! Bad input gets the right 4xx with an OpenAI-style error naming the field.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::{Options, TestServer};
+
+struct Case {
+    path: &'static str,
+    body: String,
+    status: u16,
+    /// Expected `error.param`, when the error is about one field.
+    param: Option<&'static str>,
+}
+
+fn case(path: &'static str, body: Value, status: u16, param: Option<&'static str>) -> Case {
+    Case { path, body: body.to_string(), status, param }
+}
+
+fn raw(path: &'static str, body: &str, status: u16, param: Option<&'static str>) -> Case {
+    Case { path, body: body.to_string(), status, param }
+}
+
+fn cases() -> Vec<Case> {
+    let msg = json!([{"role": "user", "content": "Hi"}]);
+    vec![
+        raw("/v1/completions", "{\"prompt\": \"Hi\"", 400, None),
+        raw("/v1/chat/completions", "not json at all", 400, None),
+        raw("/generate", "", 400, None),
+        case("/generate", json!({"prompt": 42}), 400, Some("prompt")),
+        case("/generate", json!({"max_tokens": 5}), 400, Some("prompt")),
+        case("/generate", json!({"prompt": ""}), 400, Some("prompt")),
+        case("/generate", json!({"prompt": "Hi", "max_tokens": -3}), 400, Some("max_tokens")),
+        case("/generate", json!({"prompt": "Hi", "max_new_tokens": 0}), 400, Some("max_new_tokens")),
+        case("/generate", json!({"prompt": "Hi", "max_tokens": "ten"}), 400, Some("max_tokens")),
+        case("/generate", json!({"prompt": "Hi", "temperature": -0.5}), 400, Some("temperature")),
+        case("/generate", json!({"prompt": "Hi", "top_p": 0}), 400, Some("top_p")),
+        case("/v1/completions", json!({"prompt": "Hi", "top_p": 1.5}), 400, Some("top_p")),
+        case("/v1/completions", json!({"prompt": "Hi", "temperature": 9}), 400, Some("temperature")),
+        case("/v1/completions", json!({"prompt": "Hi", "n": 2}), 400, Some("n")),
+        case("/v1/completions", json!({"prompt": "Hi", "top_k": -7}), 400, Some("top_k")),
+        case("/v1/completions", json!({"prompt": ["a", "b"]}), 400, Some("prompt")),
+        case("/v1/completions", json!({"prompt": [1, 2, 3]}), 400, Some("prompt")),
+        case("/v1/completions", json!({"prompt": "Hi", "model": "gpt-4"}), 404, Some("model")),
+        case("/v1/completions", json!({"prompt": "Hi", "logprobs": 3}), 400, Some("logprobs")),
+        case("/v1/completions", json!({"prompt": "word ".repeat(600), "max_tokens": 8}), 400, Some("prompt")),
+        case("/v1/completions", json!({"prompt": "Hi", "max_tokens": 100000}), 400, Some("prompt")),
+        case("/v1/completions", json!({"prompt": "Hi", "stop": 5}), 400, Some("stop")),
+        case("/v1/completions", json!({"prompt": "Hi", "stream": "yes"}), 400, Some("stream")),
+        case("/v1/completions", json!({"prompt": "Hi", "presence_penalty": 1.0}), 400, Some("presence_penalty")),
+        case("/v1/chat/completions", json!({"messages": []}), 400, Some("messages")),
+        case("/v1/chat/completions", json!({"messages": "Hi"}), 400, Some("messages")),
+        case("/v1/chat/completions", json!({"messages": [{"role": "wizard", "content": "Hi"}]}), 400, Some("messages[0].role")),
+        case("/v1/chat/completions", json!({"messages": [{"content": "Hi"}]}), 400, Some("messages[0].role")),
+        case("/v1/chat/completions", json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}), 400, Some("messages[0].content[0]")),
+        case("/v1/chat/completions", json!({"messages": msg, "n": 3}), 400, Some("n")),
+        case("/v1/chat/completions", json!({"messages": msg, "max_completion_tokens": 0}), 400, Some("max_completion_tokens")),
+        case("/v1/chat/completions", json!({"messages": msg, "model": "llama-70b"}), 404, Some("model")),
+        case("/v1/chat/completions", json!({"messages": msg, "tools": [{"type": "function"}]}), 400, Some("tools")),
+        case("/v1/chat/completions", json!({"messages": msg, "max_tokens": 1000}), 400, Some("messages")),
+    ]
+}
+
+#[tokio::test]
+async fn every_bad_input_gets_its_4xx_and_an_openai_error_body() {
+    let server = TestServer::start(Options::default()).await;
+    let cases = cases();
+    assert!(cases.len() >= 20);
+    for c in cases {
+        let r = server
+            .client
+            .post(server.url(c.path))
+            .header("content-type", "application/json")
+            .body(c.body.clone())
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let v: Value = r.json().await.unwrap_or_else(|e| panic!("{} {}: non-JSON error body: {e}", c.path, c.body));
+        assert_eq!(status, c.status, "{} {} -> {v}", c.path, c.body);
+        let error = &v["error"];
+        assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+        assert!(error["type"].is_string(), "{v}");
+        assert!(error.get("param").is_some() && error.get("code").is_some(), "{v}");
+        if let Some(param) = c.param {
+            assert_eq!(error["param"], param, "{} {} -> {v}", c.path, c.body);
+        }
+    }
+    // Nothing leaked: no request is left running.
+    assert_eq!(server.metric("vllm:num_requests_running").await, 0.0);
+}
+
+#[tokio::test]
+async fn oversized_body_is_413_unknown_path_404() {
+    let server = TestServer::start(Options::default()).await;
+    let huge = json!({"prompt": "x".repeat(2 << 20)});
+    let r = server.post("/v1/completions", huge).await;
+    assert_eq!(r.status(), 413);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "request_too_large");
+    let r = server.client.get(server.url("/v2/nothing")).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    assert!(r.json::<Value>().await.unwrap()["error"]["message"].is_string());
+}
+
+#[tokio::test]
+async fn api_key_is_required_on_generation_endpoints_only() {
+    let mut opts = Options::default();
+    opts.server.api_key = Some("s3cret".into());
+    let server = TestServer::start(opts).await;
+    let body = json!({"prompt": "Hi", "max_tokens": 2});
+    for (auth, status) in [(None, 401), (Some("Bearer wrong"), 401), (Some("s3cret"), 401), (Some("Bearer s3cret"), 200)] {
+        let mut request = server.client.post(server.url("/v1/completions")).json(&body);
+        if let Some(auth) = auth {
+            request = request.header("authorization", auth);
+        }
+        let r = request.send().await.unwrap();
+        assert_eq!(r.status(), status, "{auth:?}");
+        if status == 401 {
+            assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "invalid_api_key");
+        }
+    }
+    assert_eq!(server.client.get(server.url("/v1/models")).send().await.unwrap().status(), 401);
+    assert_eq!(server.client.get(server.url("/health")).send().await.unwrap().status(), 200);
+    assert_eq!(server.client.get(server.url("/metrics")).send().await.unwrap().status(), 200);
+}

@@ -1,0 +1,179 @@
+//! Streaming and non-streaming responses, checked field by field, on the real model.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::{read_sse, Options, TestServer};
+
+#[tokio::test]
+async fn generate_streams_text_events_then_done_with_usage_and_timings() {
+    let server = TestServer::start(Options::default()).await;
+    let response = server.post("/generate", json!({"prompt": "What is a cache?", "chat": true, "max_tokens": 20})).await;
+    assert_eq!(response.headers()["cache-control"], "no-cache");
+    assert_eq!(response.headers()["x-accel-buffering"], "no");
+    let events = read_sse(response).await;
+    let (done, texts) = events.split_last().unwrap();
+    assert_eq!(done.event, "done");
+    let mut text = String::new();
+    let mut ids = 0;
+    for e in texts {
+        assert_eq!(e.event, "message");
+        let v = e.json();
+        text.push_str(v["text"].as_str().unwrap());
+        ids += v["token_ids"].as_array().unwrap().len();
+    }
+    let done = done.json();
+    assert_eq!(done["finish_reason"], "length");
+    assert_eq!(done["usage"]["completion_tokens"], 20);
+    assert_eq!(ids, 20);
+    assert!(done["usage"]["prompt_tokens"].as_u64().unwrap() > 5);
+    for key in ["queue_ms", "prefill_ms", "ttft_ms", "decode_ms"] {
+        assert!(done["timings"][key].as_f64().unwrap() >= 0.0, "{key}");
+    }
+    assert!(text.to_lowercase().contains("cache"), "{text:?}");
+}
+
+#[tokio::test]
+async fn generate_accepts_max_new_tokens_and_stop() {
+    let server = TestServer::start(Options::default()).await;
+    let events = read_sse(server.post("/generate", json!({"prompt": "1, 2, 3, 4,", "max_new_tokens": 30, "stop": [" 7"]})).await).await;
+    let done = events.last().unwrap().json();
+    let text: String = events[..events.len() - 1].iter().map(|e| e.json()["text"].as_str().unwrap().to_string()).collect();
+    assert_eq!(done["finish_reason"], "stop", "{text:?}");
+    assert!(!text.contains(" 7") && text.contains('6'), "{text:?}");
+}
+
+fn assert_completion_object(v: &Value, object: &str, model: &str) {
+    assert_eq!(v["object"], object);
+    assert_eq!(v["model"], model);
+    assert!(v["id"].as_str().unwrap().len() > 5);
+    assert!(v["created"].as_u64().unwrap() > 1_600_000_000);
+}
+
+fn model_name() -> &'static str {
+    "SmolLM2-135M-Instruct.Q4_1"
+}
+
+#[tokio::test]
+async fn completions_non_streaming_has_the_openai_shape() {
+    let server = TestServer::start(Options::default()).await;
+    let r = server.post("/v1/completions", json!({"model": model_name(), "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0})).await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_completion_object(&v, "text_completion", model_name());
+    let choice = &v["choices"][0];
+    assert_eq!(choice["index"], 0);
+    assert!(choice["text"].as_str().unwrap().contains("Paris"), "{choice}");
+    assert_eq!(choice["finish_reason"], "length");
+    assert!(choice["logprobs"].is_null());
+    assert_eq!(v["usage"]["completion_tokens"], 8);
+    let u = &v["usage"];
+    assert_eq!(u["total_tokens"].as_u64(), Some(u["prompt_tokens"].as_u64().unwrap() + 8));
+}
+
+#[tokio::test]
+async fn completions_streaming_chunks_then_usage_then_done() {
+    let server = TestServer::start(Options::default()).await;
+    let body = json!({"prompt": "The capital of France is", "max_tokens": 6, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}});
+    let events = read_sse(server.post("/v1/completions", body).await).await;
+    assert_eq!(events.last().unwrap().data, "[DONE]");
+    let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| e.json()).collect();
+    let usage_chunk = chunks.last().unwrap();
+    assert_eq!(usage_chunk["choices"].as_array().unwrap().len(), 0);
+    assert_eq!(usage_chunk["usage"]["completion_tokens"], 6);
+    let finish = &chunks[chunks.len() - 2];
+    assert_eq!(finish["choices"][0]["finish_reason"], "length");
+    let mut text = String::new();
+    for c in &chunks[..chunks.len() - 2] {
+        assert_completion_object(c, "text_completion", model_name());
+        assert!(c["choices"][0]["finish_reason"].is_null());
+        assert!(c["usage"].is_null(), "usage only in the last chunk");
+        text.push_str(c["choices"][0]["text"].as_str().unwrap());
+    }
+    assert!(text.contains("Paris"), "{text:?}");
+
+    // Without include_usage there is no usage anywhere.
+    let events = read_sse(server.post("/v1/completions", json!({"prompt": "Hi", "max_tokens": 3, "stream": true})).await).await;
+    assert!(events.iter().all(|e| !e.data.contains("\"usage\"")));
+    assert_eq!(events.last().unwrap().data, "[DONE]");
+}
+
+#[tokio::test]
+async fn chat_non_streaming_has_the_openai_shape_and_stops_at_end_of_turn() {
+    let server = TestServer::start(Options::default()).await;
+    let body = json!({"messages": [{"role": "user", "content": "Say hello in one short sentence."}], "temperature": 0, "max_tokens": 200});
+    let r = server.post("/v1/chat/completions", body).await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_completion_object(&v, "chat.completion", model_name());
+    let choice = &v["choices"][0];
+    assert_eq!(choice["message"]["role"], "assistant");
+    let content = choice["message"]["content"].as_str().unwrap();
+    assert!(!content.is_empty() && !content.contains("<|im_end|>"), "{content:?}");
+    assert_eq!(choice["finish_reason"], "stop");
+    assert!(v["usage"]["completion_tokens"].as_u64().unwrap() < 200);
+}
+
+#[tokio::test]
+async fn chat_streaming_opens_with_role_and_ends_with_finish_reason() {
+    let server = TestServer::start(Options::default()).await;
+    let body = json!({
+        "messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": [{"type": "text", "text": "Name a colour."}]}],
+        "max_completion_tokens": 5, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}
+    });
+    let events = read_sse(server.post("/v1/chat/completions", body).await).await;
+    assert_eq!(events.last().unwrap().data, "[DONE]");
+    let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| e.json()).collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    for c in &chunks[..chunks.len() - 1] {
+        assert_completion_object(c, "chat.completion.chunk", model_name());
+    }
+    let finish = &chunks[chunks.len() - 2];
+    assert_eq!(finish["choices"][0]["finish_reason"], "length");
+    assert_eq!(finish["choices"][0]["delta"], json!({}));
+    assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"], 5);
+    let content: String = chunks[1..chunks.len() - 2]
+        .iter()
+        .map(|c| c["choices"][0]["delta"]["content"].as_str().unwrap().to_string())
+        .collect();
+    assert!(!content.is_empty());
+}
+
+#[tokio::test]
+async fn eight_concurrent_streams_all_complete() {
+    let server = TestServer::start(Options::default()).await;
+    let requests = (0..8).map(|i| {
+        let body = json!({"prompt": format!("Fact number {i} about the sea:"), "max_tokens": 24, "ignore_eos": true});
+        server.post("/generate", body)
+    });
+    let responses = futures::future::join_all(requests).await;
+    let results = futures::future::join_all(responses.into_iter().map(read_sse)).await;
+    for events in results {
+        let done = events.last().unwrap().json();
+        assert_eq!(done["finish_reason"], "length");
+        assert_eq!(done["usage"]["completion_tokens"], 24);
+    }
+}
+
+#[tokio::test]
+async fn models_health_ready_and_metrics_endpoints() {
+    let server = TestServer::start(Options::default()).await;
+    let models: Value = server.client.get(server.url("/v1/models")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(models["object"], "list");
+    assert_eq!(models["data"][0]["id"], model_name());
+    assert_eq!(models["data"][0]["max_model_len"], 512);
+    assert_eq!(server.client.get(server.url("/health")).send().await.unwrap().status(), 200);
+    assert_eq!(server.client.get(server.url("/ready")).send().await.unwrap().status(), 200);
+
+    read_sse(server.post("/generate", json!({"prompt": "Hello", "max_tokens": 4})).await).await;
+    let text = server.client.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    for name in [
+        "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+        "vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket",
+        "vllm:e2e_request_latency_seconds_bucket", "vllm:request_queue_time_seconds_bucket",
+        "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total",
+    ] {
+        assert!(text.lines().any(|l| l.starts_with(name)), "missing {name}");
+    }
+    assert!(server.metric("vllm:generation_tokens_total").await >= 4.0);
+}

@@ -1,0 +1,164 @@
+//! A real rillm server on loopback over the real model, and a real SSE client.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use rillm_engine::{Engine, EngineConfig};
+use rillm_server::{Backend, ServerConfig};
+use tokio::sync::{oneshot, Mutex, MutexGuard};
+use tokio::task::JoinHandle;
+
+/// One model server at a time: the tests share two cores.
+static SERIAL: Mutex<()> = Mutex::const_new(());
+
+pub struct TestServer {
+    pub base: String,
+    pub client: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<(), rillm_server::ServeError>>>,
+    _serial: MutexGuard<'static, ()>,
+}
+
+pub struct Options {
+    pub max_running: usize,
+    pub max_waiting: usize,
+    pub ctx: u32,
+    pub server: ServerConfig,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { max_running: 8, max_waiting: 16, ctx: 512, server: ServerConfig::default() }
+    }
+}
+
+fn model_path() -> std::path::PathBuf {
+    match std::env::var_os("RILLM_MODEL") {
+        Some(p) => p.into(),
+        None => rillm_engine::fetch::ensure_default_model(|m| eprintln!("{m}")).expect("default model"),
+    }
+}
+
+impl TestServer {
+    pub async fn start(opts: Options) -> Self {
+        let serial = SERIAL.lock().await;
+        let mut config = EngineConfig::new(model_path());
+        config.max_running = opts.max_running;
+        config.max_waiting = opts.max_waiting;
+        config.ctx_per_sequence = opts.ctx;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr: SocketAddr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let load = move || Engine::start(config).map(|e| Arc::new(e) as Arc<dyn Backend>).map_err(|e| e.to_string());
+        let task = tokio::spawn(rillm_server::run(listener, opts.server, load, async move {
+            let _ = stopped.await;
+        }));
+        let server = Self {
+            base: format!("http://{addr}"),
+            client: reqwest::Client::new(),
+            stop: Some(stop),
+            task: Some(task),
+            _serial: serial,
+        };
+        server.wait_ready().await;
+        server
+    }
+
+    async fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(r) = self.client.get(self.url("/ready")).send().await {
+                if r.status() == 200 {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "server never became ready");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub async fn post(&self, path: &str, body: serde_json::Value) -> reqwest::Response {
+        self.client.post(self.url(path)).json(&body).send().await.unwrap()
+    }
+
+    /// Value of one metric line (exact name and labels as rendered, or a prefix match on
+    /// the name when `labels` is empty); 0 when absent.
+    pub async fn metric(&self, name: &str) -> f64 {
+        let text = self.client.get(self.url("/metrics")).send().await.unwrap().text().await.unwrap();
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter(|l| l.split(['{', ' ']).next() == Some(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    pub async fn wait_metric(&self, name: &str, timeout: Duration, pred: impl Fn(f64) -> bool) -> f64 {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let v = self.metric(name).await;
+            if pred(v) {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "{name} stuck at {v}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Triggers the shutdown future and waits for `run` to return.
+    pub async fn shutdown(mut self) -> Result<(), rillm_server::ServeError> {
+        self.trigger_shutdown();
+        self.join().await
+    }
+
+    pub fn trigger_shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+
+    pub async fn join(&mut self) -> Result<(), rillm_server::ServeError> {
+        let task = self.task.take().expect("joined once");
+        tokio::time::timeout(Duration::from_secs(60), task).await.expect("server stops").unwrap()
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.trigger_shutdown();
+    }
+}
+
+/// An SSE event as the client saw it.
+#[derive(Debug, Clone)]
+pub struct SseEvent {
+    pub event: String,
+    pub data: String,
+}
+
+impl SseEvent {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.data).unwrap_or_else(|e| panic!("bad JSON {:?}: {e}", self.data))
+    }
+}
+
+pub async fn read_sse(response: reqwest::Response) -> Vec<SseEvent> {
+    assert_eq!(response.status(), 200);
+    let content_type = response.headers()["content-type"].to_str().unwrap().to_string();
+    assert!(content_type.starts_with("text/event-stream"), "{content_type}");
+    let mut events = response.bytes_stream().eventsource();
+    let mut out = Vec::new();
+    while let Some(event) = events.next().await {
+        let event = event.expect("well-formed SSE");
+        out.push(SseEvent { event: event.event, data: event.data });
+    }
+    out
+}
