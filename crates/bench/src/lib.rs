@@ -1,1 +1,213 @@
-//! placeholder
+//! `rillm bench`: live HTTP load against any LLM server, measured honestly.
+//!
+//! The benchmark knows nothing of rillm's engine: it speaks HTTP and SSE to a URL. Arrivals
+//! are open-loop (a schedule that never waits for responses) or closed-loop workers; every
+//! offered request is disclosed, whether it completed, failed, was rejected with 429 or was
+//! shed by the client; latencies are reported from the actual send and from the schedule.
+
+pub mod args;
+pub mod client;
+pub mod dataset;
+pub mod mock;
+pub mod protocol;
+pub mod report;
+pub mod result;
+pub mod runner;
+pub mod schedule;
+pub mod stats;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+pub use args::BenchArgs;
+use protocol::{request_body, BodyOptions, PromptSpec, RequestSpec};
+use result::{BenchResult, LoadDescription, RunFacts, Slos};
+use runner::{Amount, LevelPlan, Load};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("{0}")]
+    Args(String),
+    #[error(transparent)]
+    Dataset(#[from] dataset::DatasetError),
+    #[error("writing {path}: {source}")]
+    Write { path: String, source: std::io::Error },
+    #[error("HTTP client: {0}")]
+    Client(#[from] reqwest::Error),
+}
+
+/// What a run produced: one result per load level.
+pub struct BenchOutput {
+    pub levels: Vec<BenchResult>,
+}
+
+impl BenchOutput {
+    /// The file written by `--output`: a single level is the prototype's schema (a
+    /// superset); a sweep wraps one such result per level with a goodput-vs-load table.
+    pub fn to_json(&self) -> Value {
+        match self.levels.as_slice() {
+            [one] => serde_json::to_value(one).unwrap_or(Value::Null),
+            levels => json!({
+                "sweep": report::sweep_table(levels),
+                "knee_level": report::knee(levels),
+                "levels": levels,
+            }),
+        }
+    }
+}
+
+pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, BenchError> {
+    let protocol = args.protocol.resolve(&args.url).map_err(BenchError::Args)?;
+    let specs = match &args.dataset {
+        Some(path) => dataset::load(path, args.max_tokens)?,
+        None => vec![RequestSpec { prompt: PromptSpec::Text(args.prompt.clone()), max_tokens: args.max_tokens }],
+    };
+    let client = reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(usize::MAX)
+        .build()?;
+    let model = match &args.model {
+        Some(m) => Some(m.clone()),
+        None => discover_model(&client, &args.url, args.api_key.as_deref()).await,
+    };
+    let opts = BodyOptions { model: model.clone(), ignore_eos: args.ignore_eos, temperature: args.temperature };
+    let bodies: Vec<Value> = specs.iter().map(|s| request_body(protocol, s, &opts)).collect();
+    let amount = match (args.requests, args.duration) {
+        (_, Some(d)) if d > 0.0 => Amount::Duration(Duration::from_secs_f64(d)),
+        (Some(n), _) => Amount::Requests(n),
+        _ => Amount::Requests(20),
+    };
+    let loads = levels(&args)?;
+    let timeout = Duration::from_secs_f64(args.timeout.max(0.001));
+    let slos = Slos { ttft_ms: args.ttft_slo_ms, tpot_ms: args.tpot_slo_ms, e2e_ms: args.e2e_slo_ms };
+    let run_context = run_context(&args, model.as_deref(), &command_line);
+    let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
+
+    if args.warmup > 0 {
+        let warm = Arc::new(LevelPlan {
+            url: args.url.clone(), protocol, api_key: args.api_key.clone(), bodies: bodies.clone(),
+            load: Load::Concurrency(1), amount: Amount::Requests(args.warmup), max_inflight: None,
+            timeout, seed: args.seed, progress: false,
+        });
+        runner::run_level(&client, warm).await;
+    }
+    let mut results = Vec::new();
+    for load in loads {
+        let plan = Arc::new(LevelPlan {
+            url: args.url.clone(), protocol, api_key: args.api_key.clone(), bodies: bodies.clone(),
+            load, amount, max_inflight: args.max_inflight, timeout, seed: args.seed, progress,
+        });
+        let outcome = runner::run_level(&client, plan).await;
+        results.push(result::build(RunFacts {
+            url: args.url.clone(),
+            protocol,
+            load: describe(load, args.max_inflight),
+            slos,
+            records: outcome.records,
+            wall_s: outcome.wall_s,
+            client_cpu_s: outcome.client_cpu_s,
+            run_context: run_context.clone(),
+        }));
+    }
+    let output = BenchOutput { levels: results };
+    if let Some(path) = &args.output {
+        let text = serde_json::to_string_pretty(&output.to_json()).unwrap_or_default();
+        std::fs::write(path, text).map_err(|source| BenchError::Write { path: path.display().to_string(), source })?;
+    }
+    if let Some(path) = &args.report {
+        std::fs::write(path, report::html(&output.levels)).map_err(|source| BenchError::Write { path: path.display().to_string(), source })?;
+    }
+    Ok(output)
+}
+
+fn levels(args: &BenchArgs) -> Result<Vec<Load>, BenchError> {
+    if let Some(bad) = args.rate.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
+        return Err(BenchError::Args(format!("--rate must be positive, got {bad}")));
+    }
+    if args.burstiness <= 0.0 {
+        return Err(BenchError::Args("--burstiness must be positive".into()));
+    }
+    if !args.rate.is_empty() {
+        return Ok(args.rate.iter().map(|&rate| Load::Rate { rate, arrival: args.arrival, burstiness: args.burstiness }).collect());
+    }
+    if args.concurrency.contains(&0) {
+        return Err(BenchError::Args("--concurrency must be at least 1".into()));
+    }
+    let levels = if args.concurrency.is_empty() { vec![1] } else { args.concurrency.clone() };
+    Ok(levels.into_iter().map(Load::Concurrency).collect())
+}
+
+fn describe(load: Load, max_inflight: Option<usize>) -> LoadDescription {
+    match load {
+        Load::Rate { rate, arrival, burstiness } => LoadDescription {
+            mode: "rate", requested_rate_rps: Some(rate), arrival: Some(arrival), burstiness: Some(burstiness),
+            concurrency: None, max_inflight,
+        },
+        Load::Concurrency(c) => LoadDescription {
+            mode: "concurrency", requested_rate_rps: None, arrival: None, burstiness: None, concurrency: Some(c), max_inflight: None,
+        },
+    }
+}
+
+/// `scheme://host:port` of a URL.
+fn origin(url: &str) -> &str {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    url[after_scheme..].find('/').map_or(url, |i| &url[..after_scheme + i])
+}
+
+async fn discover_model(client: &reqwest::Client, url: &str, api_key: Option<&str>) -> Option<String> {
+    let mut request = client.get(format!("{}/v1/models", origin(url))).timeout(Duration::from_secs(5));
+    if let Some(key) = api_key {
+        request = request.bearer_auth(key);
+    }
+    let models: Value = request.send().await.ok()?.json().await.ok()?;
+    models["data"][0]["id"].as_str().map(str::to_string)
+}
+
+fn run_context(args: &BenchArgs, model: Option<&str>, command: &str) -> Value {
+    let mut hashes = serde_json::Map::new();
+    if let Some(exe) = std::env::current_exe().ok().and_then(|p| sha256_file(&p).map(|h| (p, h))) {
+        hashes.insert(format!("rillm:{}", exe.0.display()), json!(exe.1));
+    }
+    if let Some(ds) = &args.dataset {
+        if let Some(h) = sha256_file(ds) {
+            hashes.insert(ds.display().to_string(), json!(h));
+        }
+    }
+    let host = origin(&args.url);
+    let loopback = ["127.", "localhost", "[::1]"].iter().any(|h| host.split("://").nth(1).is_some_and(|x| x.starts_with(h)));
+    let device = args.device.clone().unwrap_or_else(|| {
+        if loopback { format!("this machine: {}", machine_description()) } else { "unknown (remote server; pass --device)".into() }
+    });
+    let scope = args.scope.clone().unwrap_or_else(|| {
+        "Live requests from one client against one server endpoint; not a production load test.".to_string()
+    });
+    json!({
+        "model": model.unwrap_or("unknown"),
+        "revision": "unknown",
+        "license": "unknown",
+        "device": device,
+        "command": command,
+        "source_sha256": hashes,
+        "scope": scope,
+    })
+}
+
+fn sha256_file(path: &std::path::Path) -> Option<String> {
+    use sha2::{Digest, Sha256};
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut file, &mut hasher).ok()?;
+    Some(format!("{:x}", hasher.finalize()))
+}
+
+fn machine_description() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|s| s.trim().to_string()))
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{cpu}, {cores} cores, CPU only")
+}

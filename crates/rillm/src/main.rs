@@ -1,5 +1,6 @@
 //! The `rillm` command line: one binary for serving, generating, benchmarking and the mock.
 
+mod bench;
 mod generate;
 mod model_args;
 mod serve;
@@ -19,6 +20,10 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Generate text from a prompt, streamed to stdout.
     Generate(generate::GenerateArgs),
+    /// Benchmark an LLM server (rillm, vLLM, SGLang, TensorRT-LLM, llama.cpp) under live HTTP load.
+    Bench(Box<rillm_bench::BenchArgs>),
+    /// A deterministic timing server for calibrating and testing the benchmark.
+    MockServer(bench::MockArgs),
     /// Manage the default model.
     Model {
         #[command(subcommand)]
@@ -40,6 +45,8 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Generate(args) => generate::run(args),
+        Command::Bench(args) => bench::run(*args),
+        Command::MockServer(args) => bench::mock_server(args),
         Command::Model { command: ModelCommand::Fetch } => {
             let path = rillm_engine::fetch::default_model_path()?;
             rillm_engine::fetch::fetch_default_model(&path, |m| eprintln!("rillm: {m}"))?;

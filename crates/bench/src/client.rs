@@ -1,0 +1,214 @@
+//! Sends one request and times its stream as the bytes arrive.
+
+use std::time::{Duration, Instant};
+
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use serde_json::Value;
+
+use crate::protocol::{decode, Decoded, Protocol};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Completed,
+    /// Transport error, non-2xx other than 429, error inside the stream, or timeout.
+    Failed,
+    /// HTTP 429: the server said it was full. Counted apart from failures.
+    Rejected,
+    /// Never sent: `--max-inflight` requests were already in flight at its arrival.
+    Shed,
+}
+
+/// Everything measured about one request. Times are milliseconds.
+#[derive(Debug, Clone)]
+pub struct RequestRecord {
+    pub status: Status,
+    pub http_status: Option<u16>,
+    pub error: Option<String>,
+    pub retry_after_s: Option<f64>,
+    /// When the arrival process scheduled it, from the start of the run.
+    pub scheduled_ms: f64,
+    /// When it actually went out; `sent_ms - scheduled_ms` is the client's dispatch lag.
+    pub sent_ms: f64,
+    /// From the actual send to the first content event.
+    pub ttft_ms: Option<f64>,
+    pub event_gaps_ms: Vec<f64>,
+    /// Tokens carried by each content event, where the protocol says.
+    pub event_tokens: Vec<Option<u32>>,
+    /// From the actual send to the end of the stream.
+    pub e2e_ms: f64,
+    pub text: String,
+    pub content_events: usize,
+    /// As reported by the server (usage); `None` when it reported none.
+    pub completion_tokens: Option<u32>,
+}
+
+impl RequestRecord {
+    pub fn shed(scheduled_ms: f64) -> Self {
+        Self::unsent(Status::Shed, scheduled_ms, "shed by the client: --max-inflight requests in flight")
+    }
+
+    fn unsent(status: Status, scheduled_ms: f64, error: &str) -> Self {
+        Self {
+            status,
+            http_status: None,
+            error: Some(error.to_string()),
+            retry_after_s: None,
+            scheduled_ms,
+            sent_ms: scheduled_ms,
+            ttft_ms: None,
+            event_gaps_ms: Vec::new(),
+            event_tokens: Vec::new(),
+            e2e_ms: 0.0,
+            text: String::new(),
+            content_events: 0,
+            completion_tokens: None,
+        }
+    }
+
+    pub fn dispatch_lag_ms(&self) -> f64 {
+        (self.sent_ms - self.scheduled_ms).max(0.0)
+    }
+
+    /// Generated tokens: the server's usage, else the token counts the events carried.
+    pub fn tokens(&self) -> Option<u32> {
+        self.completion_tokens.or_else(|| {
+            let counted: Option<Vec<u32>> = self.event_tokens.iter().copied().collect();
+            counted.filter(|c| !c.is_empty()).map(|c| c.iter().sum())
+        })
+    }
+
+    /// Time per output token after the first: (e2e − ttft) / (tokens − 1).
+    pub fn tpot_ms(&self) -> Option<f64> {
+        let tokens = self.tokens()?;
+        let ttft = self.ttft_ms?;
+        (tokens > 1).then(|| (self.e2e_ms - ttft) / f64::from(tokens - 1))
+    }
+
+    /// Token-level inter-token latencies, when they can be told apart from event gaps:
+    /// either every event says how many tokens it carries, or events and tokens are 1:1.
+    pub fn token_gaps_ms(&self) -> Option<Vec<f64>> {
+        let per_event: Option<Vec<u32>> = self.event_tokens.iter().copied().collect();
+        if let Some(per_event) = per_event.filter(|p| p.len() == self.content_events && !p.is_empty()) {
+            let mut gaps = Vec::new();
+            // The first event's own extra tokens arrived with zero gap between them.
+            gaps.extend(std::iter::repeat(0.0).take(per_event[0].saturating_sub(1) as usize));
+            for (gap, &n) in self.event_gaps_ms.iter().zip(&per_event[1..]) {
+                let n = n.max(1);
+                gaps.extend(std::iter::repeat(gap / f64::from(n)).take(n as usize));
+            }
+            return Some(gaps);
+        }
+        (self.completion_tokens == Some(self.content_events as u32)).then(|| self.event_gaps_ms.clone())
+    }
+}
+
+pub struct Target<'a> {
+    pub client: &'a reqwest::Client,
+    pub url: &'a str,
+    pub protocol: Protocol,
+    pub api_key: Option<&'a str>,
+    pub timeout: Duration,
+}
+
+/// Sends `body` now; `run_start` and `scheduled_ms` place it on the run's timeline.
+pub async fn send(target: &Target<'_>, body: &Value, run_start: Instant, scheduled_ms: f64) -> RequestRecord {
+    let sent = Instant::now();
+    let mut record = RequestRecord::unsent(Status::Failed, scheduled_ms, "");
+    record.error = None;
+    record.sent_ms = ms(sent - run_start);
+    let outcome = tokio::time::timeout(target.timeout, exchange(target, body, sent, &mut record)).await;
+    if outcome.is_err() {
+        record.status = Status::Failed;
+        record.error = Some(format!("timed out after {:?}", target.timeout));
+    }
+    record.e2e_ms = ms(sent.elapsed());
+    record
+}
+
+async fn exchange(target: &Target<'_>, body: &Value, sent: Instant, record: &mut RequestRecord) {
+    let mut request = target.client.post(target.url).header("accept", "text/event-stream").json(body);
+    if let Some(key) = target.api_key {
+        request = request.bearer_auth(key);
+    }
+    let response = match request.send().await {
+        Ok(r) => r,
+        Err(e) => {
+            record.error = Some(format!("request failed: {e}"));
+            return;
+        }
+    };
+    let status = response.status();
+    record.http_status = Some(status.as_u16());
+    if !status.is_success() {
+        record.retry_after_s = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse().ok());
+        let text = response.text().await.unwrap_or_default();
+        let message = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
+            .unwrap_or_else(|| text.chars().take(200).collect());
+        record.status = if status.as_u16() == 429 { Status::Rejected } else { Status::Failed };
+        record.error = Some(format!("HTTP {status}: {message}"));
+        return;
+    }
+
+    let mut events = response.bytes_stream().eventsource();
+    let mut last_content: Option<Instant> = None;
+    let mut explicit_end = false;
+    while let Some(event) = events.next().await {
+        let now = Instant::now();
+        let event = match event {
+            Ok(e) => e,
+            Err(e) => {
+                record.error = Some(format!("stream broke: {e}"));
+                return;
+            }
+        };
+        let (text, tokens, usage) = match decode(target.protocol, &event.event, &event.data) {
+            Decoded::Content { text, tokens } => (Some(text), tokens, None),
+            Decoded::ContentAndUsage { text, completion_tokens } => (Some(text), None, Some(completion_tokens)),
+            Decoded::Usage { completion_tokens } => (None, None, Some(completion_tokens)),
+            Decoded::Error(message) => {
+                record.error = Some(format!("error in stream: {message}"));
+                return;
+            }
+            Decoded::Done => {
+                explicit_end = true;
+                break;
+            }
+            Decoded::Nothing => (None, None, None),
+        };
+        if let Some(text) = text {
+            match last_content {
+                None => record.ttft_ms = Some(ms(now - sent)),
+                Some(last) => record.event_gaps_ms.push(ms(now - last)),
+            }
+            last_content = Some(now);
+            record.content_events += 1;
+            record.event_tokens.push(tokens);
+            record.text.push_str(&text);
+        }
+        if usage.is_some() {
+            record.completion_tokens = usage;
+            // rillm's `event: done` carries usage and is the last event.
+            if target.protocol == Protocol::Generate && event.event == "done" {
+                explicit_end = true;
+                break;
+            }
+        }
+    }
+    if record.content_events == 0 {
+        record.error = Some(if explicit_end { "stream ended with no content" } else { "stream closed with no content" }.into());
+        return;
+    }
+    record.status = Status::Completed;
+}
+
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}

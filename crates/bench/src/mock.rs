@@ -1,0 +1,107 @@
+//! A deterministic timing server: streams `tokens` tokens with the first after `ttft` and
+//! the rest every `itl`, on rillm's `/generate` and the OpenAI streaming endpoints, and
+//! answers 429 beyond `capacity` concurrent streams. The benchmark's calibration target
+//! and test fixture; it stands beside real servers, never in place of one.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+#[derive(Debug, Clone, Copy)]
+pub struct MockConfig {
+    pub ttft: Duration,
+    pub itl: Duration,
+    pub tokens: u32,
+    pub capacity: usize,
+}
+
+#[derive(Clone)]
+struct MockState {
+    config: MockConfig,
+    slots: Arc<Semaphore>,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Flavor {
+    Generate,
+    Completions,
+    Chat,
+}
+
+pub fn router(config: MockConfig) -> Router {
+    let state = MockState { config, slots: Arc::new(Semaphore::new(config.capacity)) };
+    Router::new()
+        .route("/generate", post(|s, b| stream(s, b, Flavor::Generate)))
+        .route("/v1/completions", post(|s, b| stream(s, b, Flavor::Completions)))
+        .route("/v1/chat/completions", post(|s, b| stream(s, b, Flavor::Chat)))
+        .route("/v1/models", get(|| async { Json(json!({"object": "list", "data": [{"id": "mock", "object": "model"}]})) }))
+        .route("/health", get(|| async { "ok" }))
+        .with_state(state)
+}
+
+/// Serves until `shutdown` resolves.
+pub async fn serve(listener: tokio::net::TcpListener, config: MockConfig, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+    axum::serve(listener, router(config)).with_graceful_shutdown(shutdown).await
+}
+
+async fn stream(State(state): State<MockState>, body: Option<Json<Value>>, flavor: Flavor) -> Response {
+    let received = Instant::now();
+    let Ok(permit) = Arc::clone(&state.slots).try_acquire_owned() else {
+        let error = json!({"error": {"message": "mock server at capacity", "type": "rate_limit_error", "param": null, "code": "queue_full"}});
+        return (StatusCode::TOO_MANY_REQUESTS, [(header::RETRY_AFTER, "1")], Json(error)).into_response();
+    };
+    let body = body.map(|Json(v)| v).unwrap_or_default();
+    let tokens = body["max_tokens"].as_u64().map_or(state.config.tokens, |m| (m as u32).min(state.config.tokens)).max(1);
+    let include_usage = body["stream_options"]["include_usage"].as_bool().unwrap_or(false);
+    let cfg = state.config;
+    // The permit rides in the stream's state: capacity counts open streams, and a client
+    // that disconnects frees its slot.
+    let events = futures::stream::unfold((0u32, permit), move |(i, permit)| async move {
+        if i > tokens {
+            return None;
+        }
+        if i == tokens {
+            return Some((finish_events(flavor, tokens, include_usage), (i + 1, permit)));
+        }
+        // Scheduled from the request's arrival, so delays never accumulate.
+        tokio::time::sleep_until(received + cfg.ttft + cfg.itl * i).await;
+        Some((vec![token_event(flavor, i)], (i + 1, permit)))
+    });
+    let events = futures::StreamExt::flat_map(events, |e| futures::stream::iter(e.into_iter().map(Ok::<_, Infallible>)));
+    Sse::new(events).into_response()
+}
+
+fn token_event(flavor: Flavor, i: u32) -> Event {
+    let text = format!(" t{i}");
+    let data = match flavor {
+        Flavor::Generate => json!({"text": text, "token_ids": [i]}),
+        Flavor::Completions => json!({"object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": null}]}),
+        Flavor::Chat => json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]}),
+    };
+    Event::default().data(data.to_string())
+}
+
+fn finish_events(flavor: Flavor, tokens: u32, include_usage: bool) -> Vec<Event> {
+    let usage = json!({"prompt_tokens": 1, "completion_tokens": tokens, "total_tokens": tokens + 1});
+    match flavor {
+        Flavor::Generate => vec![Event::default().event("done").data(json!({"finish_reason": "length", "usage": usage}).to_string())],
+        Flavor::Completions | Flavor::Chat => {
+            let mut events = Vec::new();
+            if include_usage {
+                events.push(Event::default().data(json!({"choices": [], "usage": usage}).to_string()));
+            }
+            events.push(Event::default().data("[DONE]"));
+            events
+        }
+    }
+}

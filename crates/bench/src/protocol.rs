@@ -1,0 +1,196 @@
+//! The wire protocols the benchmark speaks: how to ask for a stream, and what each SSE
+//! event means (content, usage, an error, or the end).
+
+use serde_json::{json, Value};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// rillm's (and the prototype's) `POST /generate`.
+    Generate,
+    /// OpenAI `POST /v1/completions`.
+    Completions,
+    /// OpenAI `POST /v1/chat/completions`.
+    Chat,
+}
+
+impl Protocol {
+    /// Picks the protocol from the URL's path.
+    pub fn from_url(url: &str) -> Option<Self> {
+        let path = url.split('?').next().unwrap_or(url).trim_end_matches('/');
+        if path.ends_with("/chat/completions") {
+            Some(Self::Chat)
+        } else if path.ends_with("/completions") {
+            Some(Self::Completions)
+        } else if path.ends_with("/generate") || path.ends_with("/generate_stream") {
+            Some(Self::Generate)
+        } else {
+            None
+        }
+    }
+}
+
+/// What one request asks for.
+#[derive(Debug, Clone)]
+pub struct RequestSpec {
+    pub prompt: PromptSpec,
+    pub max_tokens: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum PromptSpec {
+    Text(String),
+    /// Chat messages as `{"role", "content"}` objects.
+    Messages(Vec<Value>),
+}
+
+impl PromptSpec {
+    fn as_text(&self) -> String {
+        match self {
+            Self::Text(t) => t.clone(),
+            Self::Messages(m) => m
+                .iter()
+                .filter_map(|m| m["content"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        }
+    }
+
+    fn as_messages(&self) -> Vec<Value> {
+        match self {
+            Self::Text(t) => vec![json!({"role": "user", "content": t})],
+            Self::Messages(m) => m.clone(),
+        }
+    }
+}
+
+/// Knobs that go into every request body.
+#[derive(Debug, Clone, Default)]
+pub struct BodyOptions {
+    pub model: Option<String>,
+    pub ignore_eos: bool,
+    pub temperature: Option<f64>,
+}
+
+pub fn request_body(protocol: Protocol, spec: &RequestSpec, opts: &BodyOptions) -> Value {
+    let mut body = match protocol {
+        Protocol::Generate => json!({"prompt": spec.prompt.as_text(), "max_tokens": spec.max_tokens}),
+        Protocol::Completions => json!({
+            "prompt": spec.prompt.as_text(),
+            "max_tokens": spec.max_tokens,
+            "stream": true,
+            "stream_options": {"include_usage": true},
+        }),
+        Protocol::Chat => json!({
+            "messages": spec.prompt.as_messages(),
+            "max_tokens": spec.max_tokens,
+            "stream": true,
+            "stream_options": {"include_usage": true},
+        }),
+    };
+    if let (Some(model), false) = (&opts.model, protocol == Protocol::Generate) {
+        body["model"] = json!(model);
+    }
+    if opts.ignore_eos {
+        body["ignore_eos"] = json!(true);
+    }
+    if let Some(t) = opts.temperature {
+        body["temperature"] = json!(t);
+    }
+    body
+}
+
+/// What one SSE event told us.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decoded {
+    /// Model output. `tokens` is how many tokens it carries, when the protocol says.
+    Content { text: String, tokens: Option<u32> },
+    /// Completion token count from the server (a usage object or `event: done`).
+    Usage { completion_tokens: u32 },
+    /// Content and usage in one event (llama.cpp puts usage on its last chunk).
+    ContentAndUsage { text: String, completion_tokens: u32 },
+    /// An error reported inside the stream.
+    Error(String),
+    /// The stream's explicit end (`[DONE]`, `event: done` without usage).
+    Done,
+    /// Keep-alives, role deltas, empty chunks, events of no interest.
+    Nothing,
+}
+
+/// Decodes one SSE event. Never panics on garbage: unparseable data is `Nothing`.
+pub fn decode(protocol: Protocol, event_type: &str, data: &str) -> Decoded {
+    let data = data.trim();
+    if data == "[DONE]" {
+        return Decoded::Done;
+    }
+    let Ok(v) = serde_json::from_str::<Value>(data) else {
+        return Decoded::Nothing;
+    };
+    if event_type == "error" || v.get("error").is_some_and(|e| !e.is_null()) {
+        let e = v.get("error").unwrap_or(&v);
+        let message = e["message"].as_str().map_or_else(|| e.to_string(), str::to_string);
+        return Decoded::Error(message);
+    }
+    let usage = v["usage"]["completion_tokens"].as_u64().map(|n| n as u32);
+    let text = match protocol {
+        Protocol::Generate => {
+            if event_type == "done" {
+                return usage.map_or(Decoded::Done, |completion_tokens| Decoded::Usage { completion_tokens });
+            }
+            let tokens = v["token_ids"].as_array().map(|a| a.len() as u32);
+            let text = v["text"].as_str().or_else(|| v["token"].as_str()).unwrap_or_default();
+            if text.is_empty() && tokens.unwrap_or(0) == 0 {
+                return Decoded::Nothing;
+            }
+            return Decoded::Content { text: text.to_string(), tokens };
+        }
+        Protocol::Completions => v["choices"][0]["text"].as_str(),
+        Protocol::Chat => v["choices"][0]["delta"]["content"].as_str(),
+    }
+    .unwrap_or_default();
+    match (text.is_empty(), usage) {
+        (false, Some(completion_tokens)) => Decoded::ContentAndUsage { text: text.to_string(), completion_tokens },
+        (false, None) => Decoded::Content { text: text.to_string(), tokens: None },
+        (true, Some(completion_tokens)) => Decoded::Usage { completion_tokens },
+        (true, None) => Decoded::Nothing,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protocol_from_url_path() {
+        assert_eq!(Protocol::from_url("http://h:1/generate"), Some(Protocol::Generate));
+        assert_eq!(Protocol::from_url("http://h/v1/completions/"), Some(Protocol::Completions));
+        assert_eq!(Protocol::from_url("http://h/v1/chat/completions?x=1"), Some(Protocol::Chat));
+        assert_eq!(Protocol::from_url("http://h/other"), None);
+    }
+
+    #[test]
+    fn decodes_each_protocols_content_usage_and_end() {
+        use Decoded::*;
+        let g = Protocol::Generate;
+        assert_eq!(decode(g, "message", r#"{"text":"hi","token_ids":[1,2]}"#), Content { text: "hi".into(), tokens: Some(2) });
+        assert_eq!(decode(g, "done", r#"{"finish_reason":"length","usage":{"completion_tokens":9}}"#), Usage { completion_tokens: 9 });
+        assert_eq!(decode(g, "error", r#"{"error":{"message":"boom"}}"#), Error("boom".into()));
+        let c = Protocol::Completions;
+        assert_eq!(decode(c, "message", r#"{"choices":[{"text":" a"}]}"#), Content { text: " a".into(), tokens: None });
+        assert_eq!(decode(c, "message", r#"{"choices":[],"usage":{"completion_tokens":4}}"#), Usage { completion_tokens: 4 });
+        assert_eq!(decode(c, "message", r#"{"choices":[{"text":"z"}],"usage":{"completion_tokens":4}}"#), ContentAndUsage { text: "z".into(), completion_tokens: 4 });
+        assert_eq!(decode(c, "message", "[DONE]"), Done);
+        let ch = Protocol::Chat;
+        assert_eq!(decode(ch, "message", r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#), Nothing);
+        assert_eq!(decode(ch, "message", r#"{"choices":[{"delta":{"content":"x"}}],"usage":null}"#), Content { text: "x".into(), tokens: None });
+    }
+
+    #[test]
+    fn garbage_is_ignored_not_fatal() {
+        for data in ["", "{", "null", "[1,2", "\u{0}\u{1}", "{\"choices\": 5}"] {
+            for p in [Protocol::Generate, Protocol::Completions, Protocol::Chat] {
+                assert_eq!(decode(p, "message", data), Decoded::Nothing, "{data:?}");
+            }
+        }
+    }
+}

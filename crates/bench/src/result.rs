@@ -1,0 +1,260 @@
+//! The JSON result: every field of the prototype's result file, with its name and meaning,
+//! plus the rest of what a run measured.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::client::{RequestRecord, Status};
+use crate::stats::Distribution;
+
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Slos {
+    pub ttft_ms: f64,
+    pub tpot_ms: Option<f64>,
+    pub e2e_ms: Option<f64>,
+}
+
+impl Slos {
+    fn ttft_met(&self, r: &RequestRecord) -> bool {
+        r.status == Status::Completed && r.ttft_ms.is_some_and(|t| t <= self.ttft_ms)
+    }
+
+    /// Every SLO given is met. A TPOT SLO with no token count is not met.
+    fn all_met(&self, r: &RequestRecord) -> bool {
+        self.ttft_met(r)
+            && self.tpot_ms.is_none_or(|slo| r.tpot_ms().is_some_and(|t| t <= slo))
+            && self.e2e_ms.is_none_or(|slo| r.e2e_ms <= slo)
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadDescription {
+    /// "rate" or "concurrency".
+    pub mode: &'static str,
+    pub requested_rate_rps: Option<f64>,
+    pub arrival: Option<crate::schedule::Arrival>,
+    pub burstiness: Option<f64>,
+    pub concurrency: Option<usize>,
+    pub max_inflight: Option<usize>,
+}
+
+/// One request as written to the file. Field names follow the prototype.
+#[derive(Debug, Serialize)]
+pub struct RequestJson {
+    pub status: Status,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_status: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttft_from_schedule_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_gaps_ms: Option<Vec<f64>>,
+    pub e2e_ms: f64,
+    pub e2e_from_schedule_ms: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_events: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tpot_ms: Option<f64>,
+    pub scheduled_ms: f64,
+    pub sent_ms: f64,
+    pub dispatch_lag_ms: f64,
+}
+
+impl RequestJson {
+    fn from(r: &RequestRecord) -> Self {
+        let sent = r.status != Status::Shed;
+        let streamed = r.status == Status::Completed || r.content_events > 0;
+        let r3 = |x: f64| (x * 1000.0).round() / 1000.0;
+        Self {
+            status: r.status,
+            error: r.error.clone(),
+            http_status: r.http_status,
+            retry_after_s: r.retry_after_s,
+            ttft_ms: r.ttft_ms.map(r3),
+            ttft_from_schedule_ms: r.ttft_ms.map(|t| r3(t + r.dispatch_lag_ms())),
+            event_gaps_ms: streamed.then(|| r.event_gaps_ms.iter().copied().map(r3).collect()),
+            e2e_ms: r3(r.e2e_ms),
+            e2e_from_schedule_ms: r3(if sent { r.e2e_ms + r.dispatch_lag_ms() } else { 0.0 }),
+            text: streamed.then(|| r.text.clone()),
+            content_events: streamed.then_some(r.content_events),
+            completion_tokens: r.tokens(),
+            tpot_ms: r.tpot_ms().map(r3),
+            scheduled_ms: r3(r.scheduled_ms),
+            sent_ms: r3(r.sent_ms),
+            dispatch_lag_ms: r3(r.dispatch_lag_ms()),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct Latencies {
+    pub ttft_ms: Option<Distribution>,
+    pub ttft_from_schedule_ms: Option<Distribution>,
+    pub tpot_ms: Option<Distribution>,
+    /// Token-level inter-token latency, only from requests where tokens are known per event.
+    pub itl_ms: Option<Distribution>,
+    pub event_gap_ms: Option<Distribution>,
+    pub e2e_ms: Option<Distribution>,
+    pub e2e_from_schedule_ms: Option<Distribution>,
+    pub dispatch_lag_ms: Option<Distribution>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ClientCheck {
+    pub cpu_s: f64,
+    /// Client CPU time over wall time, in cores.
+    pub cpu_cores_used: f64,
+    pub dispatch_lag_p99_ms: f64,
+    pub saturated: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BenchResult {
+    // The prototype's fields, in its order.
+    pub execution_mode: String,
+    pub offered_requests: usize,
+    pub client_shed_requests: usize,
+    pub duration_s: f64,
+    pub ttft_slo_ms: f64,
+    pub ttft_goodput_rps: f64,
+    pub requests: Vec<RequestJson>,
+    pub limits: String,
+    pub run_context: Value,
+    // What rillm adds.
+    pub url: String,
+    pub protocol: crate::protocol::Protocol,
+    pub load: LoadDescription,
+    pub sent: usize,
+    pub completed: usize,
+    pub failed: usize,
+    pub rejected_429: usize,
+    pub achieved_rate_rps: f64,
+    pub throughput_rps: f64,
+    pub output_tokens_per_s: Option<f64>,
+    pub slos: Slos,
+    /// Completed requests per second meeting every SLO given.
+    pub goodput_rps: f64,
+    /// Share of offered requests meeting every SLO given, in percent.
+    pub slo_attainment_pct: f64,
+    pub latency: Latencies,
+    pub client: ClientCheck,
+}
+
+pub struct RunFacts {
+    pub url: String,
+    pub protocol: crate::protocol::Protocol,
+    pub load: LoadDescription,
+    pub slos: Slos,
+    pub records: Vec<RequestRecord>,
+    pub wall_s: f64,
+    pub client_cpu_s: f64,
+    pub run_context: Value,
+}
+
+/// Dispatch lag p99 above this, or client CPU above this many cores, means the client may
+/// have distorted the figures.
+const LAG_LIMIT_MS: f64 = 10.0;
+const CPU_LIMIT_CORES: f64 = 0.5;
+
+pub fn build(facts: RunFacts) -> BenchResult {
+    let records = &facts.records;
+    let count = |s: Status| records.iter().filter(|r| r.status == s).count();
+    let (completed, failed, rejected, shed) = (count(Status::Completed), count(Status::Failed), count(Status::Rejected), count(Status::Shed));
+    let sent_records: Vec<&RequestRecord> = records.iter().filter(|r| r.status != Status::Shed).collect();
+    let done: Vec<&RequestRecord> = records.iter().filter(|r| r.status == Status::Completed).collect();
+
+    // Duration: first scheduled arrival to the end of the last response.
+    let first = records.iter().map(|r| r.scheduled_ms).fold(f64::INFINITY, f64::min);
+    let last_end = sent_records.iter().map(|r| r.sent_ms + r.e2e_ms).fold(0.0, f64::max);
+    let duration_s = if records.is_empty() { 0.0 } else { ((last_end.max(first) - first) / 1000.0).max(facts.wall_s.min(1e-3)) };
+    let per_s = |n: usize| if duration_s > 0.0 { n as f64 / duration_s } else { 0.0 };
+    let dispatch_span_s = {
+        let sends: Vec<f64> = sent_records.iter().map(|r| r.sent_ms).collect();
+        let span = sends.iter().copied().fold(0.0, f64::max) - sends.iter().copied().fold(f64::INFINITY, f64::min);
+        span / 1000.0
+    };
+    let achieved_rate_rps = if sent_records.len() > 1 && dispatch_span_s > 0.0 { (sent_records.len() - 1) as f64 / dispatch_span_s } else { 0.0 };
+    let tokens: Option<u32> = done.iter().map(|r| r.tokens()).sum();
+    let lag = Distribution::of(sent_records.iter().map(|r| r.dispatch_lag_ms()));
+    let lag_p99 = lag.map_or(0.0, |d| d.p99);
+    let cpu_cores_used = if facts.wall_s > 0.0 { facts.client_cpu_s / facts.wall_s } else { 0.0 };
+    let saturated = lag_p99 > LAG_LIMIT_MS || cpu_cores_used > CPU_LIMIT_CORES;
+    let itl: Vec<f64> = done.iter().filter_map(|r| r.token_gaps_ms()).flatten().collect();
+    let meeting_all = done.iter().filter(|r| facts.slos.all_met(r)).count();
+
+    let latency = Latencies {
+        ttft_ms: Distribution::of(done.iter().filter_map(|r| r.ttft_ms)),
+        ttft_from_schedule_ms: Distribution::of(done.iter().filter_map(|r| r.ttft_ms.map(|t| t + r.dispatch_lag_ms()))),
+        tpot_ms: Distribution::of(done.iter().filter_map(|r| r.tpot_ms())),
+        itl_ms: Distribution::of(itl.iter().copied()),
+        event_gap_ms: Distribution::of(done.iter().flat_map(|r| r.event_gaps_ms.iter().copied())),
+        e2e_ms: Distribution::of(done.iter().map(|r| r.e2e_ms)),
+        e2e_from_schedule_ms: Distribution::of(done.iter().map(|r| r.e2e_ms + r.dispatch_lag_ms())),
+        dispatch_lag_ms: lag,
+    };
+    let limits = limits_text(records.len(), completed, failed, rejected, shed, tokens.is_some(), itl.is_empty(), saturated, lag_p99, cpu_cores_used, &facts.slos);
+    BenchResult {
+        execution_mode: "live HTTP requests".into(),
+        offered_requests: records.len(),
+        client_shed_requests: shed,
+        duration_s: (duration_s * 1000.0).round() / 1000.0,
+        ttft_slo_ms: facts.slos.ttft_ms,
+        ttft_goodput_rps: per_s(done.iter().filter(|r| facts.slos.ttft_met(r)).count()),
+        requests: records.iter().map(RequestJson::from).collect(),
+        limits,
+        run_context: facts.run_context,
+        url: facts.url,
+        protocol: facts.protocol,
+        load: facts.load,
+        sent: sent_records.len(),
+        completed,
+        failed,
+        rejected_429: rejected,
+        achieved_rate_rps,
+        throughput_rps: per_s(completed),
+        output_tokens_per_s: tokens.map(|t| if duration_s > 0.0 { f64::from(t) / duration_s } else { 0.0 }),
+        slos: facts.slos,
+        goodput_rps: per_s(meeting_all),
+        slo_attainment_pct: if records.is_empty() { 0.0 } else { 100.0 * meeting_all as f64 / records.len() as f64 },
+        latency,
+        client: ClientCheck { cpu_s: facts.client_cpu_s, cpu_cores_used, dispatch_lag_p99_ms: lag_p99, saturated },
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn limits_text(
+    offered: usize, completed: usize, failed: usize, rejected: usize, shed: usize, have_tokens: bool,
+    no_itl: bool, saturated: bool, lag_p99: f64, cpu: f64, slos: &Slos,
+) -> String {
+    let mut notes = vec![format!(
+        "Goodput counts completed requests meeting every SLO given (TTFT ≤ {} ms{}{}); ttft_goodput_rps uses TTFT alone.",
+        slos.ttft_ms,
+        slos.tpot_ms.map_or(String::new(), |t| format!(", TPOT ≤ {t} ms")),
+        slos.e2e_ms.map_or(String::new(), |t| format!(", e2e ≤ {t} ms")),
+    )];
+    notes.push("SSE events are not necessarily model tokens: event_gaps_ms are gaps between content events.".into());
+    if !have_tokens {
+        notes.push("The server reported no token usage: TPOT and output tokens/s are not given.".into());
+    } else if no_itl {
+        notes.push("Tokens per event are unknown, so token-level ITL is not given; see TPOT and event gaps.".into());
+    }
+    if completed < 30 {
+        notes.push(format!("Only {completed} completed requests: p99 is close to the maximum, not a tail estimate."));
+    }
+    notes.push(format!("Of {offered} offered: {completed} completed, {failed} failed, {rejected} rejected with 429, {shed} shed by the client."));
+    if saturated {
+        notes.push(format!(
+            "Client-side delay seen (dispatch lag p99 {lag_p99:.1} ms, client CPU {cpu:.2} cores): figures from the actual send exclude it, the *_from_schedule figures include it; on a machine shared with the server this is often CPU contention rather than a busy client."
+        ));
+    }
+    notes.join(" ")
+}
