@@ -1,0 +1,221 @@
+//! The benchmark against the mock server and a scripted raw-TCP server, over loopback.
+
+use std::time::Duration;
+
+use clap::Parser;
+use rillm_bench::client::Status;
+use rillm_bench::mock::MockConfig;
+use rillm_bench::result::BenchResult;
+use rillm_bench::BenchArgs;
+use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: BenchArgs,
+}
+
+/// A mock server on its own runtime thread, so its timing does not depend on the client's.
+struct Mock {
+    base: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Mock {
+    fn start(ttft_ms: u64, itl_ms: u64, tokens: u32, capacity: usize) -> Self {
+        let config = MockConfig { ttft: Duration::from_millis(ttft_ms), itl: Duration::from_millis(itl_ms), tokens, capacity };
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                addr_tx.send(listener.local_addr().unwrap()).unwrap();
+                rillm_bench::mock::serve(listener, config, async move {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+            });
+        });
+        let addr = addr_rx.recv().unwrap();
+        Self { base: format!("http://{addr}"), stop: Some(stop), thread: Some(thread) }
+    }
+}
+
+impl Drop for Mock {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+async fn bench(args: &[&str]) -> Vec<BenchResult> {
+    let argv = std::iter::once("bench").chain(args.iter().copied());
+    let cli = Cli::try_parse_from(argv).expect("valid arguments");
+    rillm_bench::run(cli.args, args.join(" ")).await.expect("bench runs").levels
+}
+
+fn close(actual: f64, expected: f64, tolerance: f64, what: &str) {
+    assert!((actual - expected).abs() <= tolerance, "{what}: {actual:.2} ms, expected {expected} ± {tolerance}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttft_and_gaps_match_the_mock_at_one_and_a_hundred_streams() {
+    let mock = Mock::start(50, 10, 20, 10_000);
+    for (concurrency, requests, tolerance) in [("1", "5", 5.0), ("100", "100", 15.0)] {
+        let url = format!("{}/v1/completions", mock.base);
+        let r = bench(&["--url", &url, "--concurrency", concurrency, "--requests", requests, "--max-tokens", "20"]).await;
+        let r = &r[0];
+        assert_eq!(r.completed, requests.parse::<usize>().unwrap(), "{}", r.limits);
+        let l = &r.latency;
+        close(l.ttft_ms.unwrap().mean, 50.0, tolerance, "TTFT mean");
+        close(l.event_gap_ms.unwrap().mean, 10.0, tolerance / 3.0, "event gap mean");
+        close(l.tpot_ms.unwrap().mean, 10.0, tolerance / 3.0, "TPOT mean");
+        assert_eq!(l.itl_ms.unwrap().count, r.completed * 19, "one ITL per token after the first");
+        assert!(r.requests.iter().all(|q| q.completion_tokens == Some(20) && q.content_events == Some(20)));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejections_are_counted_apart_from_failures_with_retry_after() {
+    let mock = Mock::start(10, 10, 30, 2);
+    let url = format!("{}/generate", mock.base);
+    let r = &bench(&["--url", &url, "--rate", "100", "--arrival", "constant", "--requests", "10"]).await[0];
+    assert!(r.rejected_429 > 0, "{}", r.limits);
+    assert_eq!(r.failed, 0);
+    assert_eq!(r.completed + r.rejected_429, 10);
+    for q in r.requests.iter().filter(|q| q.status == Status::Rejected) {
+        assert_eq!(q.http_status, Some(429));
+        assert_eq!(q.retry_after_s, Some(1.0));
+        assert!(q.error.as_deref().unwrap().contains("429"));
+    }
+    assert!(r.limits.contains(&format!("{} rejected with 429", r.rejected_429)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arrivals_beyond_max_inflight_are_shed_and_disclosed() {
+    let mock = Mock::start(10, 10, 30, 10_000);
+    let url = format!("{}/v1/chat/completions", mock.base);
+    let r = &bench(&["--url", &url, "--rate", "100", "--arrival", "constant", "--requests", "10", "--max-inflight", "1"]).await[0];
+    assert!(r.client_shed_requests > 0);
+    assert_eq!(r.offered_requests, 10);
+    assert_eq!(r.completed + r.client_shed_requests, 10);
+    assert_eq!(r.sent, r.completed);
+    assert!(r.requests.iter().filter(|q| q.status == Status::Shed).all(|q| q.http_status.is_none()));
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn assert_superset(seed: &Value, ours: &Value, at: &str) {
+    for (key, seed_value) in seed.as_object().unwrap() {
+        let ours_value = ours.get(key).unwrap_or_else(|| panic!("{at}.{key} missing"));
+        assert_eq!(json_type(ours_value), json_type(seed_value), "{at}.{key}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn result_file_has_every_seed_field_with_the_same_type() {
+    let seed: Value = serde_json::from_str(include_str!("fixtures/seed-result.json")).unwrap();
+    let mock = Mock::start(5, 5, 10, 1);
+    let out = std::env::temp_dir().join(format!("rillm-bench-{}.json", std::process::id()));
+    let url = format!("{}/generate", mock.base);
+    bench(&["--url", &url, "--rate", "200", "--arrival", "constant", "--requests", "4", "--output", out.to_str().unwrap()]).await;
+    let ours: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_superset(&seed, &ours, "result");
+    assert_superset(&seed["run_context"], &ours["run_context"], "run_context");
+    let completed = ours["requests"].as_array().unwrap().iter().find(|r| r["status"] == "completed").expect("a completed request");
+    let seed_completed = seed["requests"].as_array().unwrap().iter().find(|r| r["status"] == "completed").unwrap();
+    assert_superset(seed_completed, completed, "requests[completed]");
+    let rejected = ours["requests"].as_array().unwrap().iter().find(|r| r["status"] == "rejected").expect("a 429");
+    let seed_failed = seed["requests"].as_array().unwrap().iter().find(|r| r["status"] == "failed").unwrap();
+    assert_superset(seed_failed, rejected, "requests[rejected]");
+    let _ = std::fs::remove_file(out);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sweep_reports_each_level_a_knee_and_an_offline_html_report() {
+    let mock = Mock::start(5, 5, 10, 10_000);
+    let dir = std::env::temp_dir();
+    let out = dir.join(format!("rillm-sweep-{}.json", std::process::id()));
+    let html = dir.join(format!("rillm-sweep-{}.html", std::process::id()));
+    let url = format!("{}/v1/completions", mock.base);
+    let levels = bench(&[
+        "--url", &url, "--rate", "20,40", "--requests", "10", "--ttft-slo-ms", "1000",
+        "--output", out.to_str().unwrap(), "--report", html.to_str().unwrap(),
+    ])
+    .await;
+    assert_eq!(levels.len(), 2);
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(file["levels"].as_array().unwrap().len(), 2);
+    assert_eq!(file["sweep"].as_array().unwrap().len(), 2);
+    assert_eq!(file["knee_level"], 1);
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<svg") && page.contains("Goodput vs load") && page.contains("TTFT CDF"));
+    assert!(!page.contains("src=\"http") && !page.contains("href=\"http"), "report must not load anything");
+    let _ = (std::fs::remove_file(out), std::fs::remove_file(html));
+}
+
+/// Serves one HTTP response whose body is written in the given pieces, with pauses.
+async fn scripted_server(pieces: Vec<&'static [u8]>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut buf = vec![0u8; 8192];
+        let _ = tokio::io::AsyncReadExt::read(&mut socket, &mut buf).await;
+        let head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+        socket.write_all(head).await.unwrap();
+        for piece in pieces {
+            socket.write_all(piece).await.unwrap();
+            socket.flush().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(15)).await;
+        }
+    });
+    format!("http://{addr}/v1/completions")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_parsing_survives_split_reads_comments_crlf_event_lines_and_garbage() {
+    let url = scripted_server(vec![
+        b": keep-alive comment\r\n\r\n",
+        b"data: {\"choices\":[{\"te",
+        b"xt\":\"Hel\"}]}\r\n\r\n",
+        b"event: message\ndata: {\"choices\":[{\"text\":\"lo\"}]}\n\n",
+        b"data: this is not json\n\n",
+        b"garbage line without colon\n\n",
+        b"data: {\"choices\":[{\"text\":\" w\\u00f6rld\"}]}\r\n\r\n",
+        b"data: {\"choices\":[],\"usage\":{\"completion_tokens\":3}}\n\n",
+        b"data: [DONE]\n\n",
+    ])
+    .await;
+    let r = &bench(&["--url", &url, "--requests", "1", "--model", "m"]).await[0];
+    let q = &r.requests[0];
+    assert_eq!(q.status, Status::Completed, "{:?}", q.error);
+    assert_eq!(q.text.as_deref(), Some("Hello wörld"));
+    assert_eq!(q.content_events, Some(3));
+    assert_eq!(q.completion_tokens, Some(3));
+    assert!(q.ttft_ms.unwrap() >= 15.0, "TTFT is taken when the split event completes");
+    assert_eq!(q.event_gaps_ms.as_ref().unwrap().len(), 2);
+
+    // Pure garbage: no panic, an honest failure.
+    let url = scripted_server(vec![b"\x00\x01 nothing here\n\n", b"data: {]\n\n"]).await;
+    let r = &bench(&["--url", &url, "--requests", "1", "--model", "m"]).await[0];
+    assert_eq!(r.requests[0].status, Status::Failed);
+    assert_eq!(r.failed, 1);
+}
