@@ -41,8 +41,10 @@ pub trait Executor {
     fn start_sequence(&mut self, seq: usize, sampling: &SamplingParams, ban_eog: bool);
     /// Samples from the output row of batch entry `batch_index` of the last decode.
     fn sample(&mut self, seq: usize, batch_index: usize) -> TokenId;
-    /// Frees the slot's KV cells and sampler.
-    fn free_sequence(&mut self, seq: usize);
+    /// The request left the slot: drop its sampler. Its KV cells stay for prefix reuse.
+    fn end_sequence(&mut self, seq: usize);
+    /// Drops the slot's KV cells from position `keep` on (0 frees them all).
+    fn truncate_sequence(&mut self, seq: usize, keep: u32);
     /// KV cells currently held by `seq`, as the runtime reports them.
     fn sequence_cells(&self, seq: usize) -> u32;
 }

@@ -15,6 +15,7 @@ mod engine;
 mod error;
 pub mod fetch;
 mod llama;
+mod prefix_cache;
 mod queue;
 mod request;
 mod scheduler;

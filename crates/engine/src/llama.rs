@@ -234,10 +234,13 @@ impl Executor for LlamaExecutor<'_> {
         self.argmax(batch_index, ban_eog)
     }
 
-    fn free_sequence(&mut self, seq: usize) {
+    fn end_sequence(&mut self, seq: usize) {
         self.samplers[seq] = None;
-        // Only fails for ids that do not fit an i32, which slot indices always do.
-        let _ = self.ctx.clear_kv_cache_seq(Some(seq as u32), None, None);
+    }
+
+    fn truncate_sequence(&mut self, seq: usize, keep: u32) {
+        // Only fails for values that do not fit an i32, which slots and positions never are.
+        let _ = self.ctx.clear_kv_cache_seq(Some(seq as u32), Some(keep), None);
     }
 
     fn sequence_cells(&self, seq: usize) -> u32 {

@@ -148,6 +148,8 @@ impl FinishReason {
 pub struct Usage {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
+    /// Prompt tokens whose KV cells were reused from an earlier request (prefix caching).
+    pub cached_tokens: u32,
 }
 
 /// Where a request's time went, measured inside the engine.

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::{BatchToken, Executor, Tokenizer};
+use crate::prefix_cache::PrefixCache;
 use crate::queue::WaitQueue;
 use crate::request::FinishReason;
 use crate::sequence::{PendingRequest, Sequence};
@@ -24,6 +25,7 @@ pub(crate) struct Scheduler<E: Executor> {
     queue: Arc<WaitQueue<PendingRequest>>,
     stats: Arc<EngineStats>,
     slots: Vec<Option<Sequence>>,
+    prefix_cache: PrefixCache,
     /// Slots in admission order; prefill budget goes to the oldest first.
     admission_order: VecDeque<usize>,
     step_budget: usize,
@@ -47,6 +49,7 @@ impl<E: Executor> Scheduler<E> {
             queue,
             stats,
             slots: (0..max_running).map(|_| None).collect(),
+            prefix_cache: PrefixCache::new(max_running),
             admission_order: VecDeque::with_capacity(max_running),
             step_budget,
             batch: Vec::with_capacity(step_budget),
@@ -98,9 +101,12 @@ impl<E: Executor> Scheduler<E> {
                 self.stats.record_finished(request.prompt.len() as u32, 0, true);
                 continue;
             }
-            let Some(slot) = self.slots.iter().position(Option::is_none) else { break };
+            let free = (0..self.slots.len()).filter(|&s| self.slots[s].is_none());
+            let Some((slot, reused)) = self.prefix_cache.choose(free, &request.prompt) else { break };
+            self.executor.truncate_sequence(slot, reused as u32);
+            self.prefix_cache.truncate(slot, reused);
             self.executor.start_sequence(slot, &request.sampling, request.ignore_eos);
-            self.slots[slot] = Some(Sequence::new(request));
+            self.slots[slot] = Some(Sequence::new(request, reused as u32));
             self.admission_order.push_back(slot);
         }
     }
@@ -169,7 +175,14 @@ impl<E: Executor> Scheduler<E> {
 
     fn release(&mut self, slot: usize, reason: FinishReason, error: Option<String>) {
         let Some(seq) = self.slots[slot].take() else { return };
-        self.executor.free_sequence(slot);
+        self.executor.end_sequence(slot);
+        if reason == FinishReason::Error {
+            // After a failed decode the KV contents are not to be trusted.
+            self.executor.truncate_sequence(slot, 0);
+            self.prefix_cache.clear(slot);
+        } else {
+            self.prefix_cache.store(slot, seq.kv_tokens());
+        }
         self.admission_order.retain(|&s| s != slot);
         let id = seq.request.id;
         let completion = seq.finish(reason, error);
@@ -192,10 +205,16 @@ impl<E: Executor> Scheduler<E> {
     }
 
     fn publish(&self, busy: bool) {
-        let cells: u64 = (0..self.slots.len())
-            .map(|s| u64::from(self.executor.sequence_cells(s)))
-            .sum();
-        self.stats.set_occupancy(self.admission_order.len(), self.queue.len(), cells);
+        let (mut used, mut cached) = (0u64, 0u64);
+        for (slot, seq) in self.slots.iter().enumerate() {
+            let cells = u64::from(self.executor.sequence_cells(slot));
+            if seq.is_some() {
+                used += cells;
+            } else {
+                cached += cells;
+            }
+        }
+        self.stats.set_occupancy(self.admission_order.len(), self.queue.len(), used, cached);
         self.stats.mark_progress(busy);
     }
 }

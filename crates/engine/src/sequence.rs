@@ -29,7 +29,7 @@ impl PendingRequest {
 
     /// Sends the final event for a request that never got a slot.
     pub fn finish_unstarted(self, reason: FinishReason) {
-        let usage = Usage { prompt_tokens: self.prompt.len() as u32, completion_tokens: 0 };
+        let usage = Usage { prompt_tokens: self.prompt.len() as u32, ..Usage::default() };
         let queue_ms = ms(self.submitted.elapsed());
         let _ = self.events.send(StreamEvent::Finished(Completion {
             finish_reason: reason,
@@ -47,6 +47,10 @@ pub(crate) struct Sequence {
     /// The last sampled token, not yet in the KV cache.
     pub last_token: Option<TokenId>,
     pub generated: u32,
+    /// Every sampled token, in order (all but the last are in the KV cache).
+    generated_ids: Vec<TokenId>,
+    /// Prompt tokens found already in the slot's KV cache at admission.
+    cached_prompt: u32,
     text: TextStream,
     token_bytes: Vec<u8>,
     admitted: Instant,
@@ -54,13 +58,16 @@ pub(crate) struct Sequence {
 }
 
 impl Sequence {
-    pub fn new(request: PendingRequest) -> Self {
+    /// `reused` prompt tokens are already in the slot's KV cache.
+    pub fn new(request: PendingRequest, reused: u32) -> Self {
         let text = TextStream::new(&request.stop);
         Self {
             request,
-            cached: 0,
+            cached: reused,
             last_token: None,
             generated: 0,
+            generated_ids: Vec::new(),
+            cached_prompt: reused,
             text,
             token_bytes: Vec::with_capacity(32),
             admitted: Instant::now(),
@@ -81,6 +88,7 @@ impl Sequence {
     pub fn accept_token(&mut self, token: TokenId, tokenizer: &dyn Tokenizer, ctx_limit: u32) -> Option<FinishReason> {
         self.generated += 1;
         self.last_token = Some(token);
+        self.generated_ids.push(token);
         self.first_token_at.get_or_insert_with(Instant::now);
 
         if !self.request.ignore_eos && tokenizer.is_end_of_generation(token) {
@@ -105,6 +113,12 @@ impl Sequence {
         None
     }
 
+    /// The tokens whose KV cells the slot holds: prompt, then generated, up to `cached`.
+    pub fn kv_tokens(&self) -> Vec<TokenId> {
+        let prompt = &self.request.prompt;
+        prompt.iter().chain(&self.generated_ids).take(self.cached as usize).copied().collect()
+    }
+
     /// Sends the final event (after any held-back text, unless the stream was cut short).
     pub fn finish(mut self, reason: FinishReason, error: Option<String>) -> Completion {
         if matches!(reason, FinishReason::Eos | FinishReason::Length) {
@@ -119,6 +133,7 @@ impl Sequence {
             usage: Usage {
                 prompt_tokens: self.request.prompt.len() as u32,
                 completion_tokens: self.generated,
+                cached_tokens: self.cached_prompt,
             },
             timings: ServerTimings {
                 queue_ms: ms(self.admitted - self.request.submitted),

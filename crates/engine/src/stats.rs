@@ -10,6 +10,7 @@ pub struct EngineStats {
     running: AtomicU64,
     waiting: AtomicU64,
     kv_cells_used: AtomicU64,
+    kv_cells_cached: AtomicU64,
     kv_cells_total: AtomicU64,
     busy: AtomicBool,
     alive: AtomicBool,
@@ -27,7 +28,10 @@ pub struct EngineStats {
 pub struct StatsSnapshot {
     pub running: u64,
     pub waiting: u64,
+    /// Cells held by running sequences.
     pub kv_cells_used: u64,
+    /// Cells of idle slots kept for prefix reuse; free for the taking.
+    pub kv_cells_cached: u64,
     pub kv_cells_total: u64,
     pub steps: u64,
     pub prompt_tokens: u64,
@@ -53,6 +57,7 @@ impl EngineStats {
             running: AtomicU64::new(0),
             waiting: AtomicU64::new(0),
             kv_cells_used: AtomicU64::new(0),
+            kv_cells_cached: AtomicU64::new(0),
             kv_cells_total: AtomicU64::new(kv_cells_total),
             busy: AtomicBool::new(false),
             alive: AtomicBool::new(true),
@@ -70,6 +75,7 @@ impl EngineStats {
             running: self.running.load(Relaxed),
             waiting: self.waiting.load(Relaxed),
             kv_cells_used: self.kv_cells_used.load(Relaxed),
+            kv_cells_cached: self.kv_cells_cached.load(Relaxed),
             kv_cells_total: self.kv_cells_total.load(Relaxed),
             steps: self.steps.load(Relaxed),
             prompt_tokens: self.prompt_tokens.load(Relaxed),
@@ -88,15 +94,15 @@ impl EngineStats {
         if !self.busy.load(Relaxed) {
             return true;
         }
-        let since_progress = self.started.elapsed().as_millis() as u64
-            - self.last_progress_ms.load(Relaxed).min(self.started.elapsed().as_millis() as u64);
-        since_progress <= stall_after.as_millis() as u64
+        let now_ms = self.started.elapsed().as_millis() as u64;
+        now_ms.saturating_sub(self.last_progress_ms.load(Relaxed)) <= stall_after.as_millis() as u64
     }
 
-    pub(crate) fn set_occupancy(&self, running: usize, waiting: usize, kv_cells_used: u64) {
+    pub(crate) fn set_occupancy(&self, running: usize, waiting: usize, kv_cells_used: u64, kv_cells_cached: u64) {
         self.running.store(running as u64, Relaxed);
         self.waiting.store(waiting as u64, Relaxed);
         self.kv_cells_used.store(kv_cells_used, Relaxed);
+        self.kv_cells_cached.store(kv_cells_cached, Relaxed);
     }
 
     pub(crate) fn set_waiting(&self, waiting: usize) {

@@ -166,7 +166,30 @@ fn dropping_eight_running_streams_frees_every_sequence_and_kv_cell() {
         let s = engine.stats().snapshot();
         s.running == 0 && s.kv_cells_used == 0 && s.waiting == 0
     });
-    assert_eq!(engine.stats().snapshot().cancelled, 8);
+    let after = engine.stats().snapshot();
+    assert_eq!(after.cancelled, 8);
+    // Their cells are kept only as reusable prefix cache, not as cells in use.
+    assert!(after.kv_cells_cached <= after.kv_cells_total);
+}
+
+#[test]
+fn a_repeated_or_extended_prompt_reuses_its_cached_prefix() {
+    let _g = serial();
+    let engine = engine(2, 2, 512);
+    let prompt = "You are a helpful assistant. Answer briefly. Question: what is a cache?";
+    let first = collect(engine.submit(greedy(prompt, 12)).unwrap());
+    let again = collect(engine.submit(greedy(prompt, 12)).unwrap());
+    let n = first.2.usage.prompt_tokens;
+    assert_eq!(first.2.usage.cached_tokens, 0);
+    assert_eq!(again.2.usage.cached_tokens, n - 1, "all but the last prompt token reused");
+    assert_eq!(first.1[..4], again.1[..4], "reused KV gives the same answer");
+    // A longer prompt that starts with the first one reuses that part.
+    let longer = format!("{prompt} And what is a buffer?");
+    let extended = collect(engine.submit(greedy(&longer, 4)).unwrap());
+    assert!(extended.2.usage.cached_tokens >= n - 2, "{:?}", extended.2.usage);
+    // A different prompt on a fresh slot reuses nothing it should not.
+    let other = collect(engine.submit(greedy("Zebras live in Africa.", 4)).unwrap());
+    assert_eq!(other.2.usage.cached_tokens, 0);
 }
 
 #[test]

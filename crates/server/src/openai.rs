@@ -88,6 +88,7 @@ pub fn usage_json(usage: &Usage) -> Value {
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
     })
 }
 

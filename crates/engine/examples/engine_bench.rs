@@ -1,0 +1,132 @@
+//! Engine figures on the default model, printed (not asserted: these machines are noisy).
+//!
+//!     cargo run --release -p rillm-engine --example engine_bench
+//!
+//! Environment: RILLM_MODEL (GGUF path), RILLM_THREADS, RILLM_PREFILL_CHUNK.
+
+use std::time::{Duration, Instant};
+
+use rillm_engine::{Engine, EngineConfig, GenerateRequest, RequestStream, SamplingParams, StreamEvent};
+
+fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name).ok()?.parse().ok()
+}
+
+/// A text prompt of about `tokens` tokens (the exact count is measured, not assumed).
+fn prompt_of(engine: &Engine, tokens: usize) -> (String, usize) {
+    let sentence = "The quick brown fox jumps over the lazy dog near the river bank. ";
+    let mut text = String::new();
+    loop {
+        let n = engine.tokenize_prompt(&rillm_engine::Prompt::Text(text.clone())).map_or(0, |t| t.len());
+        if n >= tokens {
+            return (text, n);
+        }
+        text.push_str(sentence);
+    }
+}
+
+fn request(prompt: &str, max_tokens: u32) -> GenerateRequest {
+    let mut r = GenerateRequest::text(prompt).with_max_tokens(max_tokens).with_sampling(SamplingParams::greedy());
+    r.ignore_eos = true;
+    r
+}
+
+fn finish(mut s: RequestStream) -> rillm_engine::Completion {
+    loop {
+        match s.blocking_next() {
+            Some(StreamEvent::Finished(c)) => return c,
+            Some(_) => {}
+            None => panic!("stream ended early"),
+        }
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Aggregate decode tok/s of `n` concurrent streams, counted once all are decoding.
+fn aggregate_decode(engine: &Engine, n: usize, tokens: u32) -> f64 {
+    let mut streams: Vec<_> = (0..n).map(|i| engine.submit(request(&format!("Story {i}: once upon a time"), tokens)).unwrap()).collect();
+    for s in &mut streams {
+        assert!(matches!(s.blocking_next(), Some(StreamEvent::Text { .. })));
+    }
+    let t0 = Instant::now();
+    let mut after = 0usize;
+    for s in streams {
+        let mut s = s;
+        while let Some(e) = s.blocking_next() {
+            match e {
+                StreamEvent::Text { token_ids, .. } => after += token_ids.len(),
+                StreamEvent::Finished(_) => break,
+            }
+        }
+    }
+    after as f64 / t0.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let model = std::env::var_os("RILLM_MODEL")
+        .map(Into::into)
+        .unwrap_or_else(|| rillm_engine::fetch::ensure_default_model(|m| eprintln!("{m}")).expect("default model"));
+    let mut config = EngineConfig::new(model);
+    config.max_running = 16;
+    config.ctx_per_sequence = 1024;
+    if let Some(t) = env("RILLM_THREADS") {
+        config.threads = t;
+    }
+    if let Some(c) = env("RILLM_PREFILL_CHUNK") {
+        config.prefill_chunk = c;
+    }
+    let engine = Engine::start(config.clone()).expect("engine");
+    println!("engine_bench: threads={} prefill_chunk={} max_running=16", config.threads, config.prefill_chunk);
+    // Warm up caches and the thread pool.
+    finish(engine.submit(request("Hello", 16)).unwrap());
+
+    let (long, n) = prompt_of(&engine, 500);
+    let prefill: Vec<f64> = (0..3)
+        .map(|_| {
+            let c = finish(engine.submit(request(&long, 1)).unwrap());
+            n as f64 / (c.timings.prefill_ms / 1000.0)
+        })
+        .collect();
+    println!("prefill ({n}-token prompt):            {:8.1} tok/s", median(prefill));
+
+    let single: Vec<f64> = (0..3)
+        .map(|_| {
+            let c = finish(engine.submit(request("Once upon a time", 128)).unwrap());
+            f64::from(c.usage.completion_tokens - 1) / (c.timings.decode_ms / 1000.0)
+        })
+        .collect();
+    println!("single-stream decode (128 tokens):     {:8.1} tok/s", median(single));
+    for n in [1, 4, 16] {
+        let agg = median((0..2).map(|_| aggregate_decode(&engine, n, 128)).collect());
+        println!("aggregate decode, {n:>2} sequences:        {agg:8.1} tok/s");
+    }
+
+    // A 200-token request arriving while 8 sequences decode: its TTFT, and the longest
+    // gap the running streams saw meanwhile.
+    let (p200, n200) = prompt_of(&engine, 200);
+    let mut running: Vec<_> = (0..8).map(|i| engine.submit(request(&format!("Tale {i}:"), 400)).unwrap()).collect();
+    for s in &mut running {
+        s.blocking_next();
+    }
+    let watcher = std::thread::spawn(move || {
+        let mut worst = Duration::ZERO;
+        let mut last = Instant::now();
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if let Some(StreamEvent::Text { .. }) = running[0].blocking_next() {
+                worst = worst.max(last.elapsed());
+                last = Instant::now();
+            }
+        }
+        drop(running);
+        worst
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let c = finish(engine.submit(request(&p200, 1)).unwrap());
+    let stall = watcher.join().unwrap();
+    println!("TTFT of a {n200}-token prompt while 8 decode: {:6.1} ms (worst gap of a running stream {:.1} ms)", c.timings.ttft_ms, stall.as_secs_f64() * 1000.0);
+}
