@@ -182,7 +182,13 @@ pub fn build(facts: RunFacts) -> BenchResult {
         let span = sends.iter().copied().fold(0.0, f64::max) - sends.iter().copied().fold(f64::INFINITY, f64::min);
         span / 1000.0
     };
-    let achieved_rate_rps = if sent_records.len() > 1 && dispatch_span_s > 0.0 { (sent_records.len() - 1) as f64 / dispatch_span_s } else { 0.0 };
+    // Open loop: the rate at which requests went out. Closed loop has no target rate, so
+    // report what the workers sustained.
+    let achieved_rate_rps = match facts.load.mode {
+        "rate" if sent_records.len() > 1 && dispatch_span_s > 0.0 => (sent_records.len() - 1) as f64 / dispatch_span_s,
+        "rate" => 0.0,
+        _ => per_s(sent_records.len()),
+    };
     let tokens: Option<u32> = done.iter().map(|r| r.tokens()).sum();
     let lag = Distribution::of(sent_records.iter().map(|r| r.dispatch_lag_ms()));
     let lag_p99 = lag.map_or(0.0, |d| d.p99);

@@ -12,10 +12,11 @@ fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
     std::env::var(name).ok()?.parse().ok()
 }
 
-/// A text prompt of about `tokens` tokens (the exact count is measured, not assumed).
-fn prompt_of(engine: &Engine, tokens: usize) -> (String, usize) {
+/// A text prompt of about `tokens` tokens (the exact count is measured, not assumed). The
+/// `tag` leads, so prompts with different tags share no prefix to reuse.
+fn prompt_of(engine: &Engine, tag: usize, tokens: usize) -> (String, usize) {
     let sentence = "The quick brown fox jumps over the lazy dog near the river bank. ";
-    let mut text = String::new();
+    let mut text = format!("Passage {tag}. ");
     loop {
         let n = engine.tokenize_prompt(&rillm_engine::Prompt::Text(text.clone())).map_or(0, |t| t.len());
         if n >= tokens {
@@ -84,11 +85,15 @@ fn main() {
     // Warm up caches and the thread pool.
     finish(engine.submit(request("Hello", 16)).unwrap());
 
-    let (long, n) = prompt_of(&engine, 500);
+    let mut n = 0;
     let prefill: Vec<f64> = (0..3)
-        .map(|_| {
+        .map(|i| {
+            let (long, tokens) = prompt_of(&engine, i, 500);
+            n = tokens;
             let c = finish(engine.submit(request(&long, 1)).unwrap());
-            n as f64 / (c.timings.prefill_ms / 1000.0)
+            // Only the leading "Passage" words can be shared with an earlier prompt.
+            assert!(c.usage.cached_tokens < 5, "prefill must not be served from the prefix cache");
+            f64::from(c.usage.prompt_tokens - c.usage.cached_tokens) / (c.timings.prefill_ms / 1000.0)
         })
         .collect();
     println!("prefill ({n}-token prompt):            {:8.1} tok/s", median(prefill));
@@ -107,7 +112,7 @@ fn main() {
 
     // A 200-token request arriving while 8 sequences decode: its TTFT, and the longest
     // gap the running streams saw meanwhile.
-    let (p200, n200) = prompt_of(&engine, 200);
+    let (p200, n200) = prompt_of(&engine, 99, 200);
     let mut running: Vec<_> = (0..8).map(|i| engine.submit(request(&format!("Tale {i}:"), 400)).unwrap()).collect();
     for s in &mut running {
         s.blocking_next();

@@ -1,10 +1,15 @@
 //! Request fields and validation shared by the OpenAI-style endpoints and `/generate`.
 
-use rillm_engine::{GenerateRequest, Prompt, SamplingParams, Usage};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use rillm_engine::{Completion, GenerateRequest, Prompt, SamplingParams, Usage};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::admission::Admitted;
 use crate::error::ApiError;
+use crate::sse::{collect, sse_response, StreamFormat};
+use crate::state::AppState;
 
 /// `stop` may be one string or a list.
 #[derive(Debug, Deserialize)]
@@ -111,4 +116,49 @@ pub fn reject_if(present: bool, param: &'static str) -> Result<(), ApiError> {
     } else {
         Ok(())
     }
+}
+
+/// What every chunk and the whole response of one OpenAI request share.
+pub struct ResponseMeta {
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+    pub include_usage: bool,
+}
+
+impl ResponseMeta {
+    pub fn new(id_prefix: &str, admitted: &Admitted, state: &AppState, stream_options: Option<StreamOptions>) -> Self {
+        Self {
+            id: format!("{id_prefix}-{}", admitted.stream.id()),
+            created: unix_now(),
+            model: state.model_name(),
+            include_usage: stream_options.is_some_and(|o| o.include_usage),
+        }
+    }
+
+    /// `{"id", "object", "created", "model"}` followed by `fields`' own keys.
+    pub fn object(&self, object: &str, fields: Value) -> Value {
+        let mut v = json!({"id": self.id, "object": object, "created": self.created, "model": self.model});
+        if let (Some(map), Value::Object(extra)) = (v.as_object_mut(), fields) {
+            map.extend(extra);
+        }
+        v
+    }
+}
+
+/// Streams the request, or waits for it and answers with `whole(text, completion)`.
+pub async fn respond<F: StreamFormat>(
+    admitted: Admitted,
+    format: F,
+    stream: bool,
+    whole: impl FnOnce(&F, String, &Completion) -> Value,
+) -> Result<Response, ApiError> {
+    if stream {
+        return Ok(sse_response(admitted, format));
+    }
+    let (text, done) = collect(admitted).await;
+    if let Some(error) = done.error {
+        return Err(ApiError::internal(error));
+    }
+    Ok(Json(whole(&format, text, &done)).into_response())
 }

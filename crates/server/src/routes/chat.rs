@@ -4,8 +4,7 @@ use std::time::Instant;
 
 use axum::extract::State;
 use axum::response::sse::Event;
-use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::response::Response;
 use rillm_engine::{ChatMessage, Completion, Prompt};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -13,8 +12,8 @@ use serde_json::{json, Value};
 use crate::admission::admit;
 use crate::error::ApiError;
 use crate::json::JsonBody;
-use crate::openai::{reject_if, unix_now, usage_json, GenerationParams, StopInput, StreamOptions};
-use crate::sse::{collect, json_event, sse_response, StreamFormat};
+use crate::openai::{reject_if, respond, usage_json, GenerationParams, ResponseMeta, StopInput, StreamOptions};
+use crate::sse::{json_event, StreamFormat};
 use crate::state::AppState;
 
 #[derive(Debug, Deserialize)]
@@ -122,52 +121,28 @@ pub async fn chat_completions(State(state): State<AppState>, JsonBody(body): Jso
     }
     .into_request(Prompt::Chat(messages))?;
     let admitted = admit(&state, "chat", "messages", request, received)?;
-    let format = ChatFormat {
-        id: format!("chatcmpl-{}", admitted.stream.id()),
-        created: unix_now(),
-        model: state.model_name(),
-        include_usage: body.stream_options.is_some_and(|o| o.include_usage),
-    };
-    if body.stream {
-        return Ok(sse_response(admitted, format));
-    }
-    let (text, done) = collect(admitted).await;
-    if let Some(error) = done.error {
-        return Err(ApiError::internal(error));
-    }
-    Ok(Json(json!({
-        "id": format.id,
-        "object": "chat.completion",
-        "created": format.created,
-        "model": format.model,
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": text},
-            "logprobs": null,
-            "finish_reason": done.finish_reason.openai(),
-        }],
-        "usage": usage_json(&done.usage),
-    }))
-    .into_response())
+    let format = ChatFormat(ResponseMeta::new("chatcmpl", &admitted, &state, body.stream_options));
+    respond(admitted, format, body.stream, |f, text, done| {
+        f.0.object("chat.completion", json!({
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": null,
+                "finish_reason": done.finish_reason.openai(),
+            }],
+            "usage": usage_json(&done.usage),
+        }))
+    })
+    .await
 }
 
-struct ChatFormat {
-    id: String,
-    created: u64,
-    model: String,
-    include_usage: bool,
-}
+struct ChatFormat(ResponseMeta);
 
 impl ChatFormat {
     fn chunk(&self, delta: Value, finish_reason: Option<&str>) -> Event {
-        let mut chunk = json!({
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish_reason}],
-        });
-        if self.include_usage {
+        let choices = json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish_reason}]);
+        let mut chunk = self.0.object("chat.completion.chunk", json!({"choices": choices}));
+        if self.0.include_usage {
             chunk["usage"] = Value::Null;
         }
         json_event(&chunk)
@@ -189,15 +164,9 @@ impl StreamFormat for ChatFormat {
             events.push(json_event(&ApiError::internal(error.clone()).body()));
         }
         events.push(self.chunk(json!({}), Some(done.finish_reason.openai())));
-        if self.include_usage {
-            events.push(json_event(&json!({
-                "id": self.id,
-                "object": "chat.completion.chunk",
-                "created": self.created,
-                "model": self.model,
-                "choices": [],
-                "usage": usage_json(&done.usage),
-            })));
+        if self.0.include_usage {
+            let usage = json!({"choices": [], "usage": usage_json(&done.usage)});
+            events.push(json_event(&self.0.object("chat.completion.chunk", usage)));
         }
         events.push(Event::default().data("[DONE]"));
         events

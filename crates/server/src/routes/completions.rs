@@ -4,8 +4,7 @@ use std::time::Instant;
 
 use axum::extract::State;
 use axum::response::sse::Event;
-use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::response::Response;
 use rillm_engine::{Completion, Prompt};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -13,8 +12,8 @@ use serde_json::{json, Value};
 use crate::admission::admit;
 use crate::error::ApiError;
 use crate::json::JsonBody;
-use crate::openai::{reject_if, unix_now, usage_json, GenerationParams, StopInput, StreamOptions};
-use crate::sse::{collect, json_event, sse_response, StreamFormat};
+use crate::openai::{reject_if, respond, usage_json, GenerationParams, ResponseMeta, StopInput, StreamOptions};
+use crate::sse::{json_event, StreamFormat};
 use crate::state::AppState;
 
 #[derive(Debug, Deserialize)]
@@ -87,47 +86,22 @@ pub async fn completions(State(state): State<AppState>, JsonBody(body): JsonBody
     }
     .into_request(Prompt::Text(prompt))?;
     let admitted = admit(&state, "completions", "prompt", request, received)?;
-    let format = CompletionFormat {
-        id: format!("cmpl-{}", admitted.stream.id()),
-        created: unix_now(),
-        model: state.model_name(),
-        include_usage: body.stream_options.is_some_and(|o| o.include_usage),
-    };
-    if body.stream {
-        return Ok(sse_response(admitted, format));
-    }
-    let (text, done) = collect(admitted).await;
-    if let Some(error) = done.error {
-        return Err(ApiError::internal(error));
-    }
-    Ok(Json(json!({
-        "id": format.id,
-        "object": "text_completion",
-        "created": format.created,
-        "model": format.model,
-        "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": done.finish_reason.openai()}],
-        "usage": usage_json(&done.usage),
-    }))
-    .into_response())
+    let format = CompletionFormat(ResponseMeta::new("cmpl", &admitted, &state, body.stream_options));
+    respond(admitted, format, body.stream, |f, text, done| {
+        f.0.object("text_completion", json!({
+            "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": done.finish_reason.openai()}],
+            "usage": usage_json(&done.usage),
+        }))
+    })
+    .await
 }
 
-struct CompletionFormat {
-    id: String,
-    created: u64,
-    model: String,
-    include_usage: bool,
-}
+struct CompletionFormat(ResponseMeta);
 
 impl CompletionFormat {
     fn chunk(&self, choices: Value, usage: Value) -> Event {
-        let mut chunk = json!({
-            "id": self.id,
-            "object": "text_completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": choices,
-        });
-        if self.include_usage {
+        let mut chunk = self.0.object("text_completion", json!({"choices": choices}));
+        if self.0.include_usage {
             chunk["usage"] = usage;
         }
         json_event(&chunk)
@@ -146,7 +120,7 @@ impl StreamFormat for CompletionFormat {
         }
         let reason = done.finish_reason.openai();
         events.push(self.chunk(json!([{"index": 0, "text": "", "logprobs": null, "finish_reason": reason}]), Value::Null));
-        if self.include_usage {
+        if self.0.include_usage {
             events.push(self.chunk(json!([]), usage_json(&done.usage)));
         }
         events.push(Event::default().data("[DONE]"));
