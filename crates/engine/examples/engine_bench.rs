@@ -80,8 +80,14 @@ fn main() {
     if let Some(c) = env("RILLM_PREFILL_CHUNK") {
         config.prefill_chunk = c;
     }
+    if let Some(p) = env("RILLM_PREFIX_CACHING") {
+        config.prefix_caching = p;
+    }
     let engine = Engine::start(config.clone()).expect("engine");
-    println!("engine_bench: threads={} prefill_chunk={} max_running=16", config.threads, config.prefill_chunk);
+    println!(
+        "engine_bench: threads={} prefill_chunk={} max_running=16 prefix_caching={}",
+        config.threads, config.prefill_chunk, config.prefix_caching
+    );
     // Warm up caches and the thread pool.
     finish(engine.submit(request("Hello", 16)).unwrap());
 

@@ -43,6 +43,8 @@ pub trait Executor {
     fn sample(&mut self, seq: usize, batch_index: usize) -> TokenId;
     /// The request left the slot: drop its sampler. Its KV cells stay for prefix reuse.
     fn end_sequence(&mut self, seq: usize);
+    /// Replaces `dst`'s KV cells with a copy of `src`'s, positions included.
+    fn copy_sequence(&mut self, src: usize, dst: usize);
     /// Drops the slot's KV cells from position `keep` on (0 frees them all).
     fn truncate_sequence(&mut self, seq: usize, keep: u32);
     /// KV cells currently held by `seq`, as the runtime reports them.

@@ -19,6 +19,9 @@ pub struct EngineConfig {
     pub prefill_chunk: usize,
     /// Layers offloaded to a GPU (only meaningful with the `cuda` feature).
     pub gpu_layers: u32,
+    /// Keep a finished request's KV cells so a later prompt with the same prefix skips
+    /// recomputing it.
+    pub prefix_caching: bool,
 }
 
 impl EngineConfig {
@@ -31,6 +34,7 @@ impl EngineConfig {
             max_waiting: 64,
             prefill_chunk: 256,
             gpu_layers: 0,
+            prefix_caching: true,
         }
     }
 

@@ -238,6 +238,12 @@ impl Executor for LlamaExecutor<'_> {
         self.samplers[seq] = None;
     }
 
+    fn copy_sequence(&mut self, src: usize, dst: usize) {
+        // Slots live in separate KV streams, so llama.cpp copies the whole stream buffer at
+        // the start of the next decode; only fails for ids beyond i32, which slots never are.
+        let _ = self.ctx.copy_kv_cache_seq(src as i32, dst as i32, None, None);
+    }
+
     fn truncate_sequence(&mut self, seq: usize, keep: u32) {
         // Only fails for values that do not fit an i32, which slots and positions never are.
         let _ = self.ctx.clear_kv_cache_seq(Some(seq as u32), Some(keep), None);

@@ -10,11 +10,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::{BatchToken, Executor, Tokenizer};
-use crate::prefix_cache::PrefixCache;
+use crate::prefix_cache::{reusable, PrefixCache};
 use crate::queue::WaitQueue;
 use crate::request::FinishReason;
 use crate::sequence::{PendingRequest, Sequence};
 use crate::stats::EngineStats;
+
+/// Copying another slot's KV stream costs about as much as prefilling a few tokens; below
+/// this many extra reusable tokens it is not worth it.
+const MIN_COPY_GAIN: usize = 8;
 
 /// How long an idle engine sleeps before refreshing its heartbeat.
 const IDLE_WAKE: Duration = Duration::from_millis(500);
@@ -29,6 +33,7 @@ pub(crate) struct Scheduler<E: Executor> {
     /// Slots in admission order; prefill budget goes to the oldest first.
     admission_order: VecDeque<usize>,
     step_budget: usize,
+    prefix_caching: bool,
     batch: Vec<BatchToken>,
     /// (slot, batch index) of every batch entry whose logits get sampled.
     outputs: Vec<(usize, usize)>,
@@ -41,6 +46,7 @@ impl<E: Executor> Scheduler<E> {
         queue: Arc<WaitQueue<PendingRequest>>,
         stats: Arc<EngineStats>,
         max_running: usize,
+        prefix_caching: bool,
     ) -> Self {
         let step_budget = executor.max_batch_tokens();
         Self {
@@ -52,6 +58,7 @@ impl<E: Executor> Scheduler<E> {
             prefix_cache: PrefixCache::new(max_running),
             admission_order: VecDeque::with_capacity(max_running),
             step_budget,
+            prefix_caching,
             batch: Vec::with_capacity(step_budget),
             outputs: Vec::with_capacity(max_running),
         }
@@ -101,14 +108,47 @@ impl<E: Executor> Scheduler<E> {
                 self.stats.record_finished(request.prompt.len() as u32, 0, true);
                 continue;
             }
-            let free = (0..self.slots.len()).filter(|&s| self.slots[s].is_none());
-            let Some((slot, reused)) = self.prefix_cache.choose(free, &request.prompt) else { break };
+            // The lowest free slot: llama.cpp computes attention over the contiguous range of
+            // KV streams a batch touches, so packing sequences low keeps batches cheap.
+            let Some(slot) = self.slots.iter().position(Option::is_none) else { break };
+            let mut reused = reusable(self.prefix_cache.held(slot), &request.prompt);
+            if let Some((donor, shared)) = self.best_donor(&request.prompt, slot) {
+                if shared >= reused + MIN_COPY_GAIN {
+                    self.executor.copy_sequence(donor, slot);
+                    let donor_tokens = self.slot_tokens(donor);
+                    self.prefix_cache.store(slot, donor_tokens);
+                    reused = shared;
+                }
+            }
             self.executor.truncate_sequence(slot, reused as u32);
-            self.prefix_cache.truncate(slot, reused);
             self.executor.start_sequence(slot, &request.sampling, request.ignore_eos);
             self.slots[slot] = Some(Sequence::new(request, reused as u32));
             self.admission_order.push_back(slot);
         }
+    }
+
+    /// Tokens whose KV cells `slot` holds, running or idle.
+    fn slot_tokens(&self, slot: usize) -> Vec<crate::backend::TokenId> {
+        match &self.slots[slot] {
+            Some(seq) => seq.kv_tokens(),
+            None => self.prefix_cache.held(slot).to_vec(),
+        }
+    }
+
+    /// The other slot, running or idle, whose KV shares the longest reusable prefix with
+    /// `prompt`: a cold slot can copy it instead of recomputing a shared system prompt.
+    fn best_donor(&self, prompt: &[crate::backend::TokenId], except: usize) -> Option<(usize, usize)> {
+        (0..self.slots.len())
+            .filter(|&s| s != except)
+            .map(|s| {
+                let shared = match &self.slots[s] {
+                    Some(seq) => reusable(&seq.kv_tokens(), prompt),
+                    None => reusable(self.prefix_cache.held(s), prompt),
+                };
+                (s, shared)
+            })
+            .max_by_key(|&(s, shared)| (shared, std::cmp::Reverse(s)))
+            .filter(|&(_, shared)| shared > 0)
     }
 
     fn step(&mut self) {
@@ -116,7 +156,15 @@ impl<E: Executor> Scheduler<E> {
         if self.batch.is_empty() {
             return;
         }
-        if let Err(error) = self.executor.decode(&self.batch) {
+        let started = std::time::Instant::now();
+        let decoded = self.executor.decode(&self.batch);
+        tracing::trace!(
+            tokens = self.batch.len(),
+            sequences = self.outputs.len(),
+            decode_ms = started.elapsed().as_secs_f64() * 1000.0,
+            "step"
+        );
+        if let Err(error) = decoded {
             tracing::error!(%error, tokens = self.batch.len(), "decode failed");
             let slots: Vec<usize> = self.admission_order.iter().copied().collect();
             for slot in slots {
@@ -176,8 +224,8 @@ impl<E: Executor> Scheduler<E> {
     fn release(&mut self, slot: usize, reason: FinishReason, error: Option<String>) {
         let Some(seq) = self.slots[slot].take() else { return };
         self.executor.end_sequence(slot);
-        if reason == FinishReason::Error {
-            // After a failed decode the KV contents are not to be trusted.
+        // After a failed decode the KV contents are not to be trusted.
+        if reason == FinishReason::Error || !self.prefix_caching {
             self.executor.truncate_sequence(slot, 0);
             self.prefix_cache.clear(slot);
         } else {

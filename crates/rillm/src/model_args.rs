@@ -22,6 +22,9 @@ pub struct ModelArgs {
     /// Layers to offload to the GPU (builds with the `cuda` feature).
     #[arg(long, default_value_t = 0)]
     pub gpu_layers: u32,
+    /// Do not keep finished requests' KV cells for reuse by prompts with the same prefix.
+    #[arg(long)]
+    pub no_prefix_cache: bool,
 }
 
 impl ModelArgs {
@@ -40,6 +43,7 @@ impl ModelArgs {
         config.max_running = max_running;
         config.max_waiting = max_waiting;
         config.gpu_layers = self.gpu_layers;
+        config.prefix_caching = !self.no_prefix_cache;
         Ok(config)
     }
 }
