@@ -3,7 +3,7 @@
 
 use std::sync::OnceLock;
 
-use metrics::{counter, gauge, histogram};
+use metrics::{counter, gauge, histogram, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::backend::Backend;
@@ -65,22 +65,41 @@ pub fn record_disconnect() {
     counter!(DISCONNECTS).increment(1);
 }
 
-pub fn record_first_token(model: &str, seconds: f64) {
-    histogram!(TTFT, "model_name" => model.to_string()).record(seconds);
+/// One request's metric handles, resolved once so the per-token path only records.
+pub struct RequestMetrics {
+    model: String,
+    ttft: Histogram,
+    itl: Histogram,
 }
 
-pub fn record_inter_token(model: &str, seconds: f64, tokens: usize) {
-    let h = histogram!(ITL, "model_name" => model.to_string());
-    for _ in 0..tokens {
-        h.record(seconds / tokens as f64);
+impl RequestMetrics {
+    pub fn new(model: &str) -> Self {
+        let model = model.to_string();
+        Self {
+            ttft: histogram!(TTFT, "model_name" => model.clone()),
+            itl: histogram!(ITL, "model_name" => model.clone()),
+            model,
+        }
     }
-}
 
-pub fn record_finished(model: &str, reason: &'static str, e2e_s: f64, queue_s: f64, prompt: u32, generated: u32) {
-    let model = model.to_string();
-    histogram!(E2E, "model_name" => model.clone()).record(e2e_s);
-    histogram!(QUEUE_TIME, "model_name" => model.clone()).record(queue_s);
-    counter!(PROMPT_TOKENS, "model_name" => model.clone()).increment(u64::from(prompt));
-    counter!(GENERATION_TOKENS, "model_name" => model.clone()).increment(u64::from(generated));
-    counter!(SUCCESS, "model_name" => model, "finished_reason" => reason).increment(1);
+    pub fn first_token(&self, seconds: f64) {
+        self.ttft.record(seconds);
+    }
+
+    /// A gap that brought `tokens` tokens: each counts as an equal share of it.
+    pub fn inter_token(&self, seconds: f64, tokens: usize) {
+        let share = seconds / tokens.max(1) as f64;
+        for _ in 0..tokens.max(1) {
+            self.itl.record(share);
+        }
+    }
+
+    pub fn finished(&self, reason: &'static str, e2e_s: f64, queue_s: f64, prompt: u32, generated: u32) {
+        let model = self.model.clone();
+        histogram!(E2E, "model_name" => model.clone()).record(e2e_s);
+        histogram!(QUEUE_TIME, "model_name" => model.clone()).record(queue_s);
+        counter!(PROMPT_TOKENS, "model_name" => model.clone()).increment(u64::from(prompt));
+        counter!(GENERATION_TOKENS, "model_name" => model.clone()).increment(u64::from(generated));
+        counter!(SUCCESS, "model_name" => model, "finished_reason" => reason).increment(1);
+    }
 }

@@ -7,12 +7,12 @@ use std::time::Instant;
 
 use rillm_engine::Completion;
 
-use crate::metrics;
+use crate::metrics::{self, RequestMetrics};
 
 pub struct RequestObserver {
     id: u64,
     endpoint: &'static str,
-    model: String,
+    metrics: RequestMetrics,
     received: Instant,
     first_token: Option<Instant>,
     last_token: Option<Instant>,
@@ -26,7 +26,7 @@ impl RequestObserver {
         Self {
             id,
             endpoint,
-            model: model.to_string(),
+            metrics: RequestMetrics::new(model),
             received,
             first_token: None,
             last_token: None,
@@ -40,9 +40,9 @@ impl RequestObserver {
         match self.last_token {
             None => {
                 self.first_token = Some(now);
-                metrics::record_first_token(&self.model, (now - self.received).as_secs_f64());
+                self.metrics.first_token((now - self.received).as_secs_f64());
             }
-            Some(last) => metrics::record_inter_token(&self.model, (now - last).as_secs_f64(), tokens.max(1)),
+            Some(last) => self.metrics.inter_token((now - last).as_secs_f64(), tokens),
         }
         self.last_token = Some(now);
     }
@@ -51,8 +51,7 @@ impl RequestObserver {
         self.finished = true;
         let e2e = self.received.elapsed();
         let reason = done.finish_reason.openai();
-        metrics::record_finished(
-            &self.model,
+        self.metrics.finished(
             reason,
             e2e.as_secs_f64(),
             done.timings.queue_ms / 1000.0,
