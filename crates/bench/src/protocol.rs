@@ -1,6 +1,8 @@
 //! The wire protocols the benchmark speaks: how to ask for a stream, and what each SSE
 //! event means (content, usage, an error, or the end).
 
+use std::borrow::Cow;
+
 use serde_json::{json, Value};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -117,40 +119,80 @@ pub enum Decoded {
     Nothing,
 }
 
+/// The fields of an SSE data payload the benchmark reads, from any of the protocols.
+/// Borrowed and typed, so decoding a chunk allocates little more than its text.
+#[derive(serde::Deserialize)]
+struct Payload<'a> {
+    #[serde(borrow, default)]
+    choices: Option<Vec<Choice<'a>>>,
+    #[serde(default)]
+    usage: Option<UsagePayload>,
+    #[serde(default)]
+    error: Option<Value>,
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    token: Option<Cow<'a, str>>,
+    #[serde(default)]
+    token_ids: Option<Vec<serde::de::IgnoredAny>>,
+}
+
+#[derive(serde::Deserialize)]
+struct Choice<'a> {
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    delta: Option<Delta<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct Delta<'a> {
+    #[serde(borrow, default)]
+    content: Option<Cow<'a, str>>,
+}
+
+#[derive(serde::Deserialize)]
+struct UsagePayload {
+    completion_tokens: Option<u64>,
+}
+
 /// Decodes one SSE event. Never panics on garbage: unparseable data is `Nothing`.
 pub fn decode(protocol: Protocol, event_type: &str, data: &str) -> Decoded {
     let data = data.trim();
     if data == "[DONE]" {
         return Decoded::Done;
     }
-    let Ok(v) = serde_json::from_str::<Value>(data) else {
+    let Ok(p) = serde_json::from_str::<Payload>(data) else {
         return Decoded::Nothing;
     };
-    if event_type == "error" || v.get("error").is_some_and(|e| !e.is_null()) {
-        let e = v.get("error").unwrap_or(&v);
+    if let Some(e) = p.error.filter(|e| !e.is_null()) {
         let message = e["message"].as_str().map_or_else(|| e.to_string(), str::to_string);
         return Decoded::Error(message);
     }
-    let usage = v["usage"]["completion_tokens"].as_u64().map(|n| n as u32);
+    if event_type == "error" {
+        return Decoded::Error(data.to_string());
+    }
+    let usage = p.usage.and_then(|u| u.completion_tokens).map(|n| n as u32);
+    let first = p.choices.and_then(|c| c.into_iter().next());
     let text = match protocol {
         Protocol::Generate => {
             if event_type == "done" {
                 return usage.map_or(Decoded::Done, |completion_tokens| Decoded::Usage { completion_tokens });
             }
-            let tokens = v["token_ids"].as_array().map(|a| a.len() as u32);
-            let text = v["text"].as_str().or_else(|| v["token"].as_str()).unwrap_or_default();
+            let tokens = p.token_ids.map(|ids| ids.len() as u32);
+            let text = p.text.or(p.token).unwrap_or_default();
             if text.is_empty() && tokens.unwrap_or(0) == 0 {
                 return Decoded::Nothing;
             }
-            return Decoded::Content { text: text.to_string(), tokens };
+            return Decoded::Content { text: text.into_owned(), tokens };
         }
-        Protocol::Completions => v["choices"][0]["text"].as_str(),
-        Protocol::Chat => v["choices"][0]["delta"]["content"].as_str(),
+        Protocol::Completions => first.and_then(|c| c.text),
+        Protocol::Chat => first.and_then(|c| c.delta).and_then(|d| d.content),
     }
     .unwrap_or_default();
     match (text.is_empty(), usage) {
-        (false, Some(completion_tokens)) => Decoded::ContentAndUsage { text: text.to_string(), completion_tokens },
-        (false, None) => Decoded::Content { text: text.to_string(), tokens: None },
+        (false, Some(completion_tokens)) => Decoded::ContentAndUsage { text: text.into_owned(), completion_tokens },
+        (false, None) => Decoded::Content { text: text.into_owned(), tokens: None },
         (true, Some(completion_tokens)) => Decoded::Usage { completion_tokens },
         (true, None) => Decoded::Nothing,
     }

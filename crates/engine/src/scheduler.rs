@@ -81,6 +81,9 @@ impl<E: Executor> Scheduler<E> {
             if self.admission_order.is_empty() {
                 continue;
             }
+            // Published before the step too, so the counts are current by the time the
+            // step's first tokens reach their callers.
+            self.publish(true);
             self.step();
             self.stats.record_step();
             self.publish(true);

@@ -158,9 +158,11 @@ fn dropping_eight_running_streams_frees_every_sequence_and_kv_cell() {
     for s in &mut streams {
         assert!(matches!(s.blocking_next(), Some(StreamEvent::Text { .. })));
     }
-    let busy = engine.stats().snapshot();
-    assert_eq!(busy.running, 8);
-    assert!(busy.kv_cells_used > 8 * 8, "{busy:?}");
+    // Stats are published once per engine step, so they may trail the first tokens a little.
+    wait_until("8 running sequences holding their prompts", Duration::from_secs(5), || {
+        let s = engine.stats().snapshot();
+        s.running == 8 && s.kv_cells_used > 8 * 8
+    });
     drop(streams);
     wait_until("all sequences freed", Duration::from_secs(5), || {
         let s = engine.stats().snapshot();
