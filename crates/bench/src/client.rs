@@ -93,10 +93,10 @@ impl RequestRecord {
         if let Some(per_event) = per_event.filter(|p| p.len() == self.content_events && !p.is_empty()) {
             let mut gaps = Vec::new();
             // The first event's own extra tokens arrived with zero gap between them.
-            gaps.extend(std::iter::repeat(0.0).take(per_event[0].saturating_sub(1) as usize));
+            gaps.extend(std::iter::repeat_n(0.0, per_event[0].saturating_sub(1) as usize));
             for (gap, &n) in self.event_gaps_ms.iter().zip(&per_event[1..]) {
                 let n = n.max(1);
-                gaps.extend(std::iter::repeat(gap / f64::from(n)).take(n as usize));
+                gaps.extend(std::iter::repeat_n(gap / f64::from(n), n as usize));
             }
             return Some(gaps);
         }

@@ -73,7 +73,6 @@ pub(crate) fn load_model(config: &EngineConfig) -> Result<Arc<LlamaModelHandle>,
         .filter(|&t| vocab.is_eog(t))
         .map(|t| t.0 as TokenId)
         .collect();
-    drop(vocab);
     Ok(Arc::new(LlamaModelHandle { model, template, eog_tokens, name, architecture }))
 }
 
