@@ -60,6 +60,10 @@ impl<T> WaitQueue<T> {
     /// Removes every waiting item for which `remove` is true, returning them in order.
     pub fn remove_where(&self, mut remove: impl FnMut(&T) -> bool) -> Vec<T> {
         let mut state = self.lock();
+        // Called every engine step; almost always nothing matches.
+        if !state.items.iter().any(&mut remove) {
+            return Vec::new();
+        }
         let mut removed = Vec::new();
         let mut kept = VecDeque::with_capacity(state.items.len());
         for item in state.items.drain(..) {
