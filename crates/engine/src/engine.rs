@@ -31,7 +31,6 @@ struct Inner {
     ctx_per_sequence: u32,
     model_name: String,
     architecture: String,
-    config: EngineConfig,
     next_id: AtomicU64,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -86,7 +85,6 @@ impl Engine {
                 queue,
                 stats,
                 ctx_per_sequence,
-                config,
                 next_id: AtomicU64::new(1),
                 thread: Mutex::new(Some(thread)),
             }),
@@ -179,10 +177,6 @@ impl Engine {
 
     pub fn ctx_per_sequence(&self) -> u32 {
         self.inner.ctx_per_sequence
-    }
-
-    pub fn config(&self) -> &EngineConfig {
-        &self.inner.config
     }
 
     /// Stops taking requests, cancels running and waiting ones and joins the engine thread.
