@@ -34,8 +34,8 @@ impl PrefixCache {
 
 /// Prompt tokens that can be reused from KV cells holding `held`. At least one prompt
 /// token is always left to compute, since its logits are needed.
-pub fn reusable(held: &[TokenId], prompt: &[TokenId]) -> usize {
-    let shared = held.iter().zip(prompt).take_while(|(x, y)| x == y).count();
+pub fn reusable(held: impl IntoIterator<Item = TokenId>, prompt: &[TokenId]) -> usize {
+    let shared = held.into_iter().zip(prompt).take_while(|(x, y)| x == *y).count();
     shared.min(prompt.len().saturating_sub(1))
 }
 
@@ -45,11 +45,11 @@ mod tests {
 
     #[test]
     fn reuse_stops_at_the_first_difference_and_keeps_one_token_to_compute() {
-        assert_eq!(reusable(&[1, 2, 3, 9], &[1, 2, 3, 4, 6]), 3);
-        assert_eq!(reusable(&[1, 2, 3, 4, 5], &[1, 2, 3, 4, 5]), 4);
-        assert_eq!(reusable(&[1, 2, 3, 4, 5, 6], &[1, 2]), 1);
-        assert_eq!(reusable(&[], &[1, 2]), 0);
-        assert_eq!(reusable(&[7], &[]), 0);
+        assert_eq!(reusable([1, 2, 3, 9], &[1, 2, 3, 4, 6]), 3);
+        assert_eq!(reusable([1, 2, 3, 4, 5], &[1, 2, 3, 4, 5]), 4);
+        assert_eq!(reusable([1, 2, 3, 4, 5, 6], &[1, 2]), 1);
+        assert_eq!(reusable([], &[1, 2]), 0);
+        assert_eq!(reusable([7], &[]), 0);
     }
 
     #[test]

@@ -114,7 +114,7 @@ impl<E: Executor> Scheduler<E> {
             // The lowest free slot: llama.cpp computes attention over the contiguous range of
             // KV streams a batch touches, so packing sequences low keeps batches cheap.
             let Some(slot) = self.slots.iter().position(Option::is_none) else { break };
-            let mut reused = reusable(self.prefix_cache.held(slot), &request.prompt);
+            let mut reused = reusable(self.prefix_cache.held(slot).iter().copied(), &request.prompt);
             if let Some((donor, shared)) = self.best_donor(&request.prompt, slot) {
                 if shared >= reused + MIN_COPY_GAIN {
                     self.executor.copy_sequence(donor, slot);
@@ -133,7 +133,7 @@ impl<E: Executor> Scheduler<E> {
     /// Tokens whose KV cells `slot` holds, running or idle.
     fn slot_tokens(&self, slot: usize) -> Vec<crate::backend::TokenId> {
         match &self.slots[slot] {
-            Some(seq) => seq.kv_tokens(),
+            Some(seq) => seq.kv_tokens().collect(),
             None => self.prefix_cache.held(slot).to_vec(),
         }
     }
@@ -145,8 +145,8 @@ impl<E: Executor> Scheduler<E> {
             .filter(|&s| s != except)
             .map(|s| {
                 let shared = match &self.slots[s] {
-                    Some(seq) => reusable(&seq.kv_tokens(), prompt),
-                    None => reusable(self.prefix_cache.held(s), prompt),
+                    Some(seq) => reusable(seq.kv_tokens(), prompt),
+                    None => reusable(self.prefix_cache.held(s).iter().copied(), prompt),
                 };
                 (s, shared)
             })
@@ -232,7 +232,7 @@ impl<E: Executor> Scheduler<E> {
             self.executor.truncate_sequence(slot, 0);
             self.prefix_cache.clear(slot);
         } else {
-            self.prefix_cache.store(slot, seq.kv_tokens());
+            self.prefix_cache.store(slot, seq.kv_tokens().collect());
         }
         self.admission_order.retain(|&s| s != slot);
         let id = seq.request.id;

@@ -114,9 +114,9 @@ impl Sequence {
     }
 
     /// The tokens whose KV cells the slot holds: prompt, then generated, up to `cached`.
-    pub fn kv_tokens(&self) -> Vec<TokenId> {
+    pub fn kv_tokens(&self) -> impl Iterator<Item = TokenId> + '_ {
         let prompt = &self.request.prompt;
-        prompt.iter().chain(&self.generated_ids).take(self.cached as usize).copied().collect()
+        prompt.iter().chain(&self.generated_ids).take(self.cached as usize).copied()
     }
 
     /// Sends the final event (after any held-back text, unless the stream was cut short).
