@@ -2,86 +2,13 @@
 
 use std::time::Duration;
 
-use clap::Parser;
 use rillm_bench::client::Status;
-use rillm_bench::mock::MockConfig;
-use rillm_bench::result::BenchResult;
-use rillm_bench::BenchArgs;
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: BenchArgs,
-}
+mod support;
 
-/// A mock server on its own runtime thread, so its timing does not depend on the client's.
-struct Mock {
-    base: String,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Mock {
-    fn start(ttft_ms: u64, itl_ms: u64, tokens: u32, capacity: usize) -> Self {
-        let config = MockConfig { ttft: Duration::from_millis(ttft_ms), itl: Duration::from_millis(itl_ms), tokens, capacity };
-        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                addr_tx.send(listener.local_addr().unwrap()).unwrap();
-                rillm_bench::mock::serve(listener, config, async move {
-                    let _ = stopped.await;
-                })
-                .await
-                .unwrap();
-            });
-        });
-        let addr = addr_rx.recv().unwrap();
-        Self { base: format!("http://{addr}"), stop: Some(stop), thread: Some(thread) }
-    }
-}
-
-impl Drop for Mock {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-async fn bench(args: &[&str]) -> Vec<BenchResult> {
-    let argv = std::iter::once("bench").chain(args.iter().copied());
-    let cli = Cli::try_parse_from(argv).expect("valid arguments");
-    rillm_bench::run(cli.args, args.join(" ")).await.expect("bench runs").levels
-}
-
-fn close(actual: f64, expected: f64, tolerance: f64, what: &str) {
-    assert!((actual - expected).abs() <= tolerance, "{what}: {actual:.2} ms, expected {expected} ± {tolerance}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ttft_and_gaps_match_the_mock_at_one_and_a_hundred_streams() {
-    let mock = Mock::start(50, 10, 20, 10_000);
-    for (concurrency, requests, tolerance) in [("1", "5", 5.0), ("100", "100", 15.0)] {
-        let url = format!("{}/v1/completions", mock.base);
-        let r = bench(&["--url", &url, "--concurrency", concurrency, "--requests", requests, "--max-tokens", "20"]).await;
-        let r = &r[0];
-        assert_eq!(r.completed, requests.parse::<usize>().unwrap(), "{}", r.limits);
-        let l = &r.latency;
-        close(l.ttft_ms.unwrap().mean, 50.0, tolerance, "TTFT mean");
-        close(l.event_gap_ms.unwrap().mean, 10.0, tolerance / 3.0, "event gap mean");
-        close(l.tpot_ms.unwrap().mean, 10.0, tolerance / 3.0, "TPOT mean");
-        assert_eq!(l.itl_ms.unwrap().count, r.completed * 19, "one ITL per token after the first");
-        assert!(r.requests.iter().all(|q| q.completion_tokens == Some(20) && q.content_events == Some(20)));
-    }
-}
+use support::{bench, Mock};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejections_are_counted_apart_from_failures_with_retry_after() {
