@@ -45,6 +45,9 @@ pub trait Executor {
     fn end_sequence(&mut self, seq: usize);
     /// Replaces `dst`'s KV cells with a copy of `src`'s, positions included.
     fn copy_sequence(&mut self, src: usize, dst: usize);
+    /// Moves a running sequence to another slot: `dst` gets a copy of `src`'s KV cells and
+    /// takes over its sampler; `src` keeps its cells and has no sampler.
+    fn move_sequence(&mut self, src: usize, dst: usize);
     /// Drops the slot's KV cells from position `keep` on (0 frees them all).
     fn truncate_sequence(&mut self, seq: usize, keep: u32);
     /// KV cells currently held by `seq`, as the runtime reports them.

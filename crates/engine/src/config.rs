@@ -19,8 +19,8 @@ pub struct EngineConfig {
     pub prefill_chunk: usize,
     /// Layers offloaded to a GPU (only meaningful with the `cuda` feature).
     pub gpu_layers: u32,
-    /// Keep a finished request's KV cells so a later prompt with the same prefix skips
-    /// recomputing it.
+    /// Reuse KV cells for a prompt's prefix: a finished request's (kept in its slot) or a
+    /// running one's (copied from its slot). Off: every prompt is prefilled in full.
     pub prefix_caching: bool,
 }
 

@@ -243,6 +243,11 @@ impl Executor for LlamaExecutor<'_> {
         let _ = self.ctx.copy_kv_cache_seq(src as i32, dst as i32, None, None);
     }
 
+    fn move_sequence(&mut self, src: usize, dst: usize) {
+        self.copy_sequence(src, dst);
+        self.samplers[dst] = self.samplers[src].take();
+    }
+
     fn truncate_sequence(&mut self, seq: usize, keep: u32) {
         // Only fails for values that do not fit an i32, which slots and positions never are.
         let _ = self.ctx.clear_kv_cache_seq(Some(seq as u32), Some(keep), None);

@@ -20,6 +20,10 @@ use crate::stats::EngineStats;
 /// this many extra reusable tokens it is not worth it.
 const MIN_COPY_GAIN: usize = 8;
 
+/// Moving a sequence copies its whole KV stream, which a few steps with one less pass over
+/// the weights repay; a sequence this close to its token limit is left where it is.
+const MIN_TOKENS_LEFT_TO_MOVE: u32 = 16;
+
 /// How long an idle engine sleeps before refreshing its heartbeat.
 const IDLE_WAKE: Duration = Duration::from_millis(500);
 
@@ -37,6 +41,8 @@ pub(crate) struct Scheduler<E: Executor> {
     batch: Vec<BatchToken>,
     /// (slot, batch index) of every batch entry whose logits get sampled.
     outputs: Vec<(usize, usize)>,
+    /// Prompt tokens each slot prefills this step.
+    prefill_take: Vec<usize>,
 }
 
 impl<E: Executor> Scheduler<E> {
@@ -61,6 +67,7 @@ impl<E: Executor> Scheduler<E> {
             prefix_caching,
             batch: Vec::with_capacity(step_budget),
             outputs: Vec::with_capacity(max_running),
+            prefill_take: vec![0; max_running],
         }
     }
 
@@ -76,8 +83,7 @@ impl<E: Executor> Scheduler<E> {
                     break;
                 }
             }
-            self.reap_cancelled();
-            self.admit();
+            self.arrange_slots();
             if self.admission_order.is_empty() {
                 continue;
             }
@@ -90,6 +96,13 @@ impl<E: Executor> Scheduler<E> {
         }
         self.cancel_all();
         self.publish(false);
+    }
+
+    /// Who runs in the next step, and in which slot.
+    fn arrange_slots(&mut self) {
+        self.reap_cancelled();
+        self.admit();
+        self.close_gap();
     }
 
     /// Frees sequences and queue entries whose caller dropped the stream.
@@ -115,7 +128,8 @@ impl<E: Executor> Scheduler<E> {
             // KV streams a batch touches, so packing sequences low keeps batches cheap.
             let Some(slot) = self.slots.iter().position(Option::is_none) else { break };
             let mut reused = reusable(self.prefix_cache.held(slot).iter().copied(), &request.prompt);
-            if let Some((donor, shared)) = self.best_donor(&request.prompt, slot) {
+            let donor = if self.prefix_caching { self.best_donor(&request.prompt, slot) } else { None };
+            if let Some((donor, shared)) = donor {
                 if shared >= reused + MIN_COPY_GAIN {
                     self.executor.copy_sequence(donor, slot);
                     let donor_tokens = self.slot_tokens(donor);
@@ -127,6 +141,34 @@ impl<E: Executor> Scheduler<E> {
             self.executor.start_sequence(slot, &request.sampling, request.ignore_eos);
             self.slots[slot] = Some(Sequence::new(request, reused as u32));
             self.admission_order.push_back(slot);
+        }
+    }
+
+    /// Moves the highest running sequence down into the lowest free slot, if one is free
+    /// below it. llama.cpp runs a pass over the weights per run of consecutive slots, so a
+    /// hole left by a finished request costs every later step until it is filled; `admit`
+    /// fills holes with waiting requests, and this closes one when nobody waits. One move
+    /// per step bounds the copying a step can take on.
+    fn close_gap(&mut self) {
+        let Some(free) = self.slots.iter().position(Option::is_none) else { return };
+        let Some(highest) = self.slots.iter().rposition(Option::is_some) else { return };
+        let Some(seq) = self.slots[highest].as_ref() else { return };
+        if highest < free || seq.request.max_tokens.saturating_sub(seq.generated) < MIN_TOKENS_LEFT_TO_MOVE {
+            return;
+        }
+        self.executor.move_sequence(highest, free);
+        self.stats.record_move();
+        let Some(seq) = self.slots[highest].take() else { return };
+        // The source keeps its cells: it is now an idle slot caching this prefix.
+        if self.prefix_caching {
+            self.prefix_cache.store(highest, seq.kv_tokens().collect());
+        } else {
+            self.executor.truncate_sequence(highest, 0);
+        }
+        self.prefix_cache.clear(free);
+        self.slots[free] = Some(seq);
+        for slot in self.admission_order.iter_mut().filter(|s| **s == highest) {
+            *slot = free;
         }
     }
 
@@ -164,6 +206,7 @@ impl<E: Executor> Scheduler<E> {
         tracing::trace!(
             tokens = self.batch.len(),
             sequences = self.outputs.len(),
+            slot_runs = slot_runs(&self.batch),
             decode_ms = started.elapsed().as_secs_f64() * 1000.0,
             "step"
         );
@@ -192,34 +235,38 @@ impl<E: Executor> Scheduler<E> {
     }
 
     /// Fills `batch` and `outputs` for this step.
+    ///
+    /// Which prompts get prefill budget is decided oldest first, but the batch itself is
+    /// laid out in slot order: with one KV stream per sequence, llama.cpp splits a batch
+    /// into one ubatch (one pass over the weights) per run of consecutive sequence ids in
+    /// batch order, so admission order would cost a pass per out-of-order run.
     fn plan_batch(&mut self) {
         self.batch.clear();
         self.outputs.clear();
+        let generating = self.slots.iter().flatten().filter(|s| !s.is_prefilling()).count();
+        let mut budget = self.step_budget.saturating_sub(generating);
+        self.prefill_take.iter_mut().for_each(|n| *n = 0);
         for &slot in &self.admission_order {
-            let Some(seq) = self.slots[slot].as_ref() else { continue };
+            let Some(seq) = self.slots[slot].as_ref().filter(|s| s.is_prefilling()) else { continue };
+            let take = seq.prompt_left().len().min(budget);
+            self.prefill_take[slot] = take;
+            budget -= take;
+        }
+        for (slot, seq) in self.slots.iter().enumerate() {
+            let Some(seq) = seq else { continue };
             if let Some(token) = seq.last_token {
                 self.outputs.push((slot, self.batch.len()));
                 self.batch.push(BatchToken { token, pos: seq.cached, seq: slot, logits: true });
-            }
-        }
-        for &slot in &self.admission_order {
-            let budget = self.step_budget.saturating_sub(self.batch.len());
-            if budget == 0 {
-                break;
-            }
-            let Some(seq) = self.slots[slot].as_ref() else { continue };
-            if !seq.is_prefilling() {
                 continue;
             }
-            let chunk = &seq.prompt_left()[..seq.prompt_left().len().min(budget)];
-            let completes_prompt = chunk.len() == seq.prompt_left().len();
-            for (i, &token) in chunk.iter().enumerate() {
-                let logits = completes_prompt && i + 1 == chunk.len();
+            let take = self.prefill_take[slot];
+            let completes_prompt = take > 0 && take == seq.prompt_left().len();
+            for (i, &token) in seq.prompt_left()[..take].iter().enumerate() {
+                let logits = completes_prompt && i + 1 == take;
                 if logits {
                     self.outputs.push((slot, self.batch.len()));
                 }
-                let pos = seq.cached + i as u32;
-                self.batch.push(BatchToken { token, pos, seq: slot, logits });
+                self.batch.push(BatchToken { token, pos: seq.cached + i as u32, seq: slot, logits });
             }
         }
     }
@@ -269,3 +316,14 @@ impl<E: Executor> Scheduler<E> {
         self.stats.mark_progress(busy);
     }
 }
+
+/// Runs of consecutive slots in a slot-ordered batch: llama.cpp runs at least one pass
+/// over the weights per run, so a gap between running slots costs a pass.
+fn slot_runs(batch: &[BatchToken]) -> usize {
+    let breaks = batch.windows(2).filter(|w| w[1].seq > w[0].seq + 1).count();
+    usize::from(!batch.is_empty()) + breaks
+}
+
+#[cfg(test)]
+#[path = "scheduler_tests.rs"]
+mod tests;

@@ -21,6 +21,7 @@ pub struct EngineStats {
     generation_tokens: AtomicU64,
     finished: AtomicU64,
     cancelled: AtomicU64,
+    sequences_moved: AtomicU64,
 }
 
 /// A consistent-enough copy of the counters.
@@ -38,6 +39,8 @@ pub struct StatsSnapshot {
     pub generation_tokens: u64,
     pub finished: u64,
     pub cancelled: u64,
+    /// Running sequences moved down into a freed slot to keep the batch contiguous.
+    pub sequences_moved: u64,
 }
 
 impl StatsSnapshot {
@@ -67,6 +70,7 @@ impl EngineStats {
             generation_tokens: AtomicU64::new(0),
             finished: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
+            sequences_moved: AtomicU64::new(0),
         }
     }
 
@@ -82,6 +86,7 @@ impl EngineStats {
             generation_tokens: self.generation_tokens.load(Relaxed),
             finished: self.finished.load(Relaxed),
             cancelled: self.cancelled.load(Relaxed),
+            sequences_moved: self.sequences_moved.load(Relaxed),
         }
     }
 
@@ -125,6 +130,10 @@ impl EngineStats {
         if cancelled {
             self.cancelled.fetch_add(1, Relaxed);
         }
+    }
+
+    pub(crate) fn record_move(&self) {
+        self.sequences_moved.fetch_add(1, Relaxed);
     }
 
     pub(crate) fn mark_dead(&self) {

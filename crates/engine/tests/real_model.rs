@@ -276,3 +276,36 @@ fn corrupt_or_foreign_files_give_a_clear_error_naming_the_file() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_sequence_moved_into_a_freed_slot_generates_exactly_what_it_would_have() {
+    let _g = serial();
+    let engine = engine(4, 4, 512);
+    let prompt = "The three primary colours are";
+    let (alone, alone_ids, _) = collect(engine.submit(greedy(prompt, 40)).unwrap());
+    // Fill slots 0..2 with other prompts, then our prompt in slot 3; cancelling the first
+    // three leaves holes below it, so the engine moves it down to slot 0 mid-generation.
+    let mut others: Vec<_> = (0..3).map(|i| engine.submit(greedy(&format!("Item {i}: apples and pears"), 200)).unwrap()).collect();
+    for s in &mut others {
+        assert!(s.blocking_next().is_some());
+    }
+    let moves_before = engine.stats().snapshot().sequences_moved;
+    let mut moved = engine.submit(greedy(prompt, 40)).unwrap();
+    let (mut text, mut ids) = (String::new(), Vec::new());
+    if let Some(StreamEvent::Text { text: t, token_ids }) = moved.blocking_next() {
+        text.push_str(&t);
+        ids.extend(token_ids);
+    }
+    drop(others);
+    let (rest, rest_ids, done) = collect(moved);
+    text.push_str(&rest);
+    ids.extend(rest_ids);
+    assert_eq!(done.finish_reason, FinishReason::Length);
+    assert_eq!(engine.stats().snapshot().sequences_moved, moves_before + 1, "it was moved once");
+    assert_eq!(ids, alone_ids, "same tokens after the move");
+    assert_eq!(text, alone);
+    wait_until("every sequence freed", Duration::from_secs(5), || {
+        let s = engine.stats().snapshot();
+        (s.running, s.kv_cells_used) == (0, 0)
+    });
+}

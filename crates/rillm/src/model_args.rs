@@ -22,7 +22,7 @@ pub struct ModelArgs {
     /// Layers to offload to the GPU (builds with the `cuda` feature).
     #[arg(long, default_value_t = 0)]
     pub gpu_layers: u32,
-    /// Do not keep finished requests' KV cells for reuse by prompts with the same prefix.
+    /// Prefill every prompt in full: no reuse of earlier or running requests' KV cells.
     #[arg(long)]
     pub no_prefix_cache: bool,
 }

@@ -20,6 +20,7 @@ pub const GENERATION_TOKENS: &str = "vllm:generation_tokens_total";
 pub const SUCCESS: &str = "vllm:request_success_total";
 pub const REJECTED: &str = "rillm_requests_rejected_total";
 pub const DISCONNECTS: &str = "rillm_client_disconnects_total";
+pub const SEQUENCES_MOVED: &str = "rillm_sequences_moved_total";
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -51,7 +52,8 @@ pub fn render(backend: Option<&dyn Backend>) -> String {
         let stats = backend.stats();
         gauge!(RUNNING, "model_name" => model.clone()).set(stats.running as f64);
         gauge!(WAITING, "model_name" => model.clone()).set(stats.waiting as f64);
-        gauge!(KV_USAGE, "model_name" => model).set(stats.kv_usage());
+        gauge!(KV_USAGE, "model_name" => model.clone()).set(stats.kv_usage());
+        counter!(SEQUENCES_MOVED, "model_name" => model).absolute(stats.sequences_moved);
     }
     handle.run_upkeep();
     handle.render()

@@ -1,0 +1,172 @@
+//! The scheduler's batch layout, against a recording executor: which tokens go into a
+//! step, and in what order, is invisible from the outside but decides its cost.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::Scheduler;
+use crate::backend::{BatchToken, Executor, TokenId, Tokenizer};
+use crate::chat::ChatTemplate;
+use crate::queue::WaitQueue;
+use crate::request::{SamplingParams, StreamEvent};
+use crate::sequence::PendingRequest;
+use crate::stats::EngineStats;
+
+/// One token per byte; token 0 ends generation.
+struct ByteTokenizer;
+
+impl Tokenizer for ByteTokenizer {
+    fn tokenize(&self, text: &str, _add_special: bool) -> Vec<TokenId> {
+        text.bytes().map(TokenId::from).collect()
+    }
+    fn append_token_bytes(&self, token: TokenId, out: &mut Vec<u8>) {
+        out.push(token as u8);
+    }
+    fn is_end_of_generation(&self, token: TokenId) -> bool {
+        token == 0
+    }
+    fn chat_template(&self) -> Option<&ChatTemplate> {
+        None
+    }
+}
+
+/// Keeps every batch and move it is given and always samples `x`.
+struct RecordingExecutor {
+    max_batch_tokens: usize,
+    batches: Vec<Vec<BatchToken>>,
+    moves: Vec<(usize, usize)>,
+}
+
+impl Executor for RecordingExecutor {
+    fn ctx_per_sequence(&self) -> u32 {
+        512
+    }
+    fn max_batch_tokens(&self) -> usize {
+        self.max_batch_tokens
+    }
+    fn decode(&mut self, batch: &[BatchToken]) -> Result<(), String> {
+        self.batches.push(batch.to_vec());
+        Ok(())
+    }
+    fn start_sequence(&mut self, _seq: usize, _sampling: &SamplingParams, _ban_eog: bool) {}
+    fn sample(&mut self, _seq: usize, _batch_index: usize) -> TokenId {
+        TokenId::from(b'x')
+    }
+    fn end_sequence(&mut self, _seq: usize) {}
+    fn copy_sequence(&mut self, _src: usize, _dst: usize) {}
+    fn move_sequence(&mut self, src: usize, dst: usize) {
+        self.moves.push((src, dst));
+    }
+    fn truncate_sequence(&mut self, _seq: usize, _keep: u32) {}
+    fn sequence_cells(&self, _seq: usize) -> u32 {
+        0
+    }
+}
+
+type Events = tokio::sync::mpsc::UnboundedReceiver<StreamEvent>;
+
+struct Harness {
+    scheduler: Scheduler<RecordingExecutor>,
+    queue: Arc<WaitQueue<PendingRequest>>,
+    next_id: u64,
+}
+
+impl Harness {
+    fn new(max_running: usize, max_batch_tokens: usize) -> Self {
+        let queue = Arc::new(WaitQueue::new(16));
+        let executor = RecordingExecutor { max_batch_tokens, batches: Vec::new(), moves: Vec::new() };
+        let stats = Arc::new(EngineStats::new(512 * max_running as u64));
+        let scheduler = Scheduler::new(executor, Arc::new(ByteTokenizer), Arc::clone(&queue), stats, max_running, false);
+        Self { scheduler, queue, next_id: 0 }
+    }
+
+    /// Queues a request (admitted at the next step); returns its events (drop to cancel).
+    fn submit(&mut self, prompt: &str) -> Events {
+        self.next_id += 1;
+        let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let request = PendingRequest {
+            id: self.next_id,
+            prompt: ByteTokenizer.tokenize(prompt, false),
+            max_tokens: 100,
+            sampling: SamplingParams::greedy(),
+            stop: Vec::new(),
+            ignore_eos: false,
+            submitted: Instant::now(),
+            events,
+        };
+        assert!(self.queue.push(request).is_ok());
+        receiver
+    }
+
+    /// Runs one step; returns (slot, token count) for each run of one slot in the batch.
+    fn step(&mut self) -> Vec<(usize, usize)> {
+        self.scheduler.arrange_slots();
+        self.scheduler.step();
+        let batch = self.scheduler.executor.batches.last().cloned().unwrap_or_default();
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        for t in batch {
+            match runs.last_mut() {
+                Some((seq, n)) if *seq == t.seq => *n += 1,
+                _ => runs.push((t.seq, 1)),
+            }
+        }
+        runs
+    }
+}
+
+#[test]
+fn a_step_lays_its_batch_out_in_slot_order_whatever_the_admission_order() {
+    let mut h = Harness::new(4, 64);
+    let first = h.submit("aaa");
+    let _second = h.submit("bbb");
+    let _third = h.submit("ccc");
+    assert_eq!(h.step(), [(0, 3), (1, 3), (2, 3)], "three prompts prefilled in one step");
+    assert_eq!(h.step(), [(0, 1), (1, 1), (2, 1)]);
+    drop(first);
+    // The newest request takes the lowest free slot, 0, though it was admitted last.
+    let _fourth = h.submit("dddd");
+    assert_eq!(h.step(), [(0, 4), (1, 1), (2, 1)]);
+    assert_eq!(h.scheduler.admission_order, [1, 2, 0]);
+    assert_eq!(h.step(), [(0, 1), (1, 1), (2, 1)]);
+}
+
+#[test]
+fn prefill_budget_goes_to_the_oldest_prompt_first_and_decode_tokens_are_never_starved() {
+    let mut h = Harness::new(4, 6);
+    let _running = h.submit("a");
+    assert_eq!(h.step(), [(0, 1)]);
+    let old = h.submit("bbbbbbbb");
+    let _new = h.submit("cc");
+    // Budget 6: one decode token, then the older prompt takes the remaining five.
+    assert_eq!(h.step(), [(0, 1), (1, 5)]);
+    assert_eq!(h.step(), [(0, 1), (1, 3), (2, 2)]);
+    drop(old);
+    // The newer one moved down into the hole the cancelled one left.
+    assert_eq!(h.step(), [(0, 1), (1, 1)]);
+}
+
+#[test]
+fn a_hole_left_by_a_finished_request_is_closed_by_moving_the_highest_sequence_down() {
+    let mut h = Harness::new(4, 64);
+    let first = h.submit("aaa");
+    let _second = h.submit("bbb");
+    let mut third = h.submit("ccc");
+    h.step();
+    drop(first);
+    while third.try_recv().is_ok() {}
+    // Nobody waits, so slot 2's sequence moves into slot 0 and the batch is one run.
+    assert_eq!(h.step(), [(0, 1), (1, 1)]);
+    assert_eq!(h.scheduler.executor.moves, [(2, 0)]);
+    assert_eq!(h.scheduler.admission_order, [1, 0]);
+    assert!(matches!(third.try_recv(), Ok(StreamEvent::Text { .. })), "the moved request still streams");
+    // A waiting request fills a hole itself; nothing moves.
+    let mut h = Harness::new(4, 64);
+    let first = h.submit("aaa");
+    let _second = h.submit("bbb");
+    let _third = h.submit("ccc");
+    h.step();
+    drop(first);
+    let _fourth = h.submit("d");
+    assert_eq!(h.step(), [(0, 1), (1, 1), (2, 1)]);
+    assert!(h.scheduler.executor.moves.is_empty());
+}
