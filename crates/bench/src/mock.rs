@@ -12,6 +12,7 @@ use axum::http::{header, StatusCode};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
@@ -51,6 +52,10 @@ pub fn router(config: MockConfig) -> Router {
 
 /// Serves until `shutdown` resolves.
 pub async fn serve(listener: tokio::net::TcpListener, config: MockConfig, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+    // Like a real server, each event leaves at once (no Nagle delay behind an unACKed write).
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, router(config)).with_graceful_shutdown(shutdown).await
 }
 

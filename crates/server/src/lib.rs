@@ -24,6 +24,7 @@ use std::time::Duration;
 use axum::extract::DefaultBodyLimit;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use axum::{middleware, Extension, Router};
 use tokio::net::TcpListener;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -105,6 +106,13 @@ where
 {
     let state = AppState::new(config);
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
+    // Nagle's algorithm would hold a token event back until the client ACKs the headers
+    // (up to its 40 ms delayed-ACK timer): every SSE write must leave at once.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::warn!(%error, "could not set TCP_NODELAY");
+        }
+    });
     let server = axum::serve(listener, router(state.clone()))
         .with_graceful_shutdown(async move {
             let _ = http_stopped.await;
