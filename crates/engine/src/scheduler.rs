@@ -152,13 +152,13 @@ impl<E: Executor> Scheduler<E> {
     fn close_gap(&mut self) {
         let Some(free) = self.slots.iter().position(Option::is_none) else { return };
         let Some(highest) = self.slots.iter().rposition(Option::is_some) else { return };
-        let Some(seq) = self.slots[highest].as_ref() else { return };
-        if highest < free || seq.request.max_tokens.saturating_sub(seq.generated) < MIN_TOKENS_LEFT_TO_MOVE {
+        let tokens_left = self.slots[highest].as_ref().map_or(0, |s| s.request.max_tokens.saturating_sub(s.generated));
+        if highest < free || tokens_left < MIN_TOKENS_LEFT_TO_MOVE {
             return;
         }
+        let Some(seq) = self.slots[highest].take() else { return };
         self.executor.move_sequence(highest, free);
         self.stats.record_move();
-        let Some(seq) = self.slots[highest].take() else { return };
         // The source keeps its cells: it is now an idle slot caching this prefix.
         if self.prefix_caching {
             self.prefix_cache.store(highest, seq.kv_tokens().collect());
