@@ -19,6 +19,8 @@ pub trait Tokenizer: Send + Sync + 'static {
     fn is_end_of_generation(&self, token: TokenId) -> bool;
     /// The model's chat template, if it ships one.
     fn chat_template(&self) -> Option<&ChatTemplate>;
+    /// Token ids run from 0 to this, exclusive.
+    fn vocab_size(&self) -> u32;
 }
 
 /// One token of a batch: `seq` is the slot index, `logits` asks for an output row.

@@ -152,13 +152,24 @@ impl Engine {
         }
     }
 
-    /// Text of `tokens`, decoded as one piece.
-    pub fn detokenize(&self, tokens: &[u32]) -> String {
+    /// Token ids of plain text, with or without the model's BOS.
+    pub fn tokenize_text(&self, text: &str, add_special: bool) -> Vec<u32> {
+        self.inner.tokenizer.tokenize(text, add_special)
+    }
+
+    /// Text of `tokens`, decoded as one piece; ids outside the vocabulary are refused
+    /// (llama.cpp does not check them).
+    pub fn detokenize(&self, tokens: &[u32]) -> Result<String, Rejected> {
+        let tokenizer = &self.inner.tokenizer;
+        let vocab = tokenizer.vocab_size();
+        if let Some((i, bad)) = tokens.iter().enumerate().find(|(_, &t)| t >= vocab) {
+            return Err(Rejected::InvalidRequest(format!("token {bad} at index {i} is outside the vocabulary of {vocab} tokens")));
+        }
         let mut bytes = Vec::new();
         for &t in tokens {
-            self.inner.tokenizer.append_token_bytes(t, &mut bytes);
+            tokenizer.append_token_bytes(t, &mut bytes);
         }
-        String::from_utf8_lossy(&bytes).into_owned()
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
     pub fn stats(&self) -> &EngineStats {

@@ -109,6 +109,10 @@ impl Tokenizer for LlamaModelHandle {
     fn chat_template(&self) -> Option<&ChatTemplate> {
         self.template.as_ref()
     }
+
+    fn vocab_size(&self) -> u32 {
+        self.model.n_vocab().max(0) as u32
+    }
 }
 
 enum SequenceSampler {

@@ -28,6 +28,9 @@ impl Tokenizer for ByteTokenizer {
     fn chat_template(&self) -> Option<&ChatTemplate> {
         None
     }
+    fn vocab_size(&self) -> u32 {
+        256
+    }
 }
 
 /// Keeps every batch and move it is given and always samples `x`.

@@ -69,7 +69,7 @@ fn greedy_generation_is_deterministic_and_streams_every_token() {
     assert_eq!(a.2.finish_reason, FinishReason::Length);
     assert_eq!(a.2.usage.completion_tokens, 24);
     assert_eq!(a.1.len(), 24, "every generated token id is reported once");
-    assert_eq!(engine.detokenize(&a.1), a.0, "streamed text is the detokenized ids");
+    assert_eq!(engine.detokenize(&a.1).unwrap(), a.0, "streamed text is the detokenized ids");
     assert!(a.2.timings.ttft_ms > 0.0 && a.2.timings.decode_ms > 0.0);
 }
 
@@ -145,7 +145,8 @@ fn multibyte_utf8_answer_streams_intact() {
     let (text, ids, _) = collect(engine.submit(request).unwrap());
     assert!(!text.is_ascii(), "no multi-byte text to check: {text:?}");
     assert!(!text.contains('\u{FFFD}'), "{text:?}");
-    assert_eq!(engine.detokenize(&ids), text);
+    assert_eq!(engine.detokenize(&ids).unwrap(), text);
+    assert!(engine.detokenize(&[u32::MAX]).is_err(), "ids outside the vocabulary are refused, not passed to llama.cpp");
 }
 
 #[test]

@@ -1,9 +1,13 @@
 //! The one seam between HTTP and inference: handlers see only this trait.
 
-use rillm_engine::{Engine, GenerateRequest, Rejected, RequestStream, StatsSnapshot};
+use rillm_engine::{Engine, GenerateRequest, Prompt, Rejected, RequestStream, StatsSnapshot};
 
 pub trait Backend: Send + Sync + 'static {
     fn submit(&self, request: GenerateRequest) -> Result<RequestStream, Rejected>;
+    /// The token ids generation would see for `prompt` (chat prompts rendered with the
+    /// template); `add_special` says whether a text prompt gets BOS.
+    fn tokenize(&self, prompt: &Prompt, add_special: bool) -> Result<Vec<u32>, Rejected>;
+    fn detokenize(&self, tokens: &[u32]) -> Result<String, Rejected>;
     /// The name clients use in `model` and that `/v1/models` lists.
     fn model_name(&self) -> &str;
     fn context_length(&self) -> u32;
@@ -17,6 +21,17 @@ pub trait Backend: Send + Sync + 'static {
 impl Backend for Engine {
     fn submit(&self, request: GenerateRequest) -> Result<RequestStream, Rejected> {
         Engine::submit(self, request)
+    }
+
+    fn tokenize(&self, prompt: &Prompt, add_special: bool) -> Result<Vec<u32>, Rejected> {
+        match prompt {
+            Prompt::Text(text) if !add_special => Ok(self.tokenize_text(text, false)),
+            _ => self.tokenize_prompt(prompt),
+        }
+    }
+
+    fn detokenize(&self, tokens: &[u32]) -> Result<String, Rejected> {
+        Engine::detokenize(self, tokens)
     }
 
     fn model_name(&self) -> &str {

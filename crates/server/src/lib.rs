@@ -75,6 +75,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/completions", post(routes::completions::completions))
         .route("/v1/chat/completions", post(routes::chat::chat_completions))
         .route("/v1/models", get(routes::info::models))
+        .route("/tokenize", post(routes::tokenize::tokenize))
+        .route("/detokenize", post(routes::tokenize::detokenize))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_api_key));
     Router::new()
         .merge(protected)

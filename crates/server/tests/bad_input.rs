@@ -58,6 +58,13 @@ fn cases() -> Vec<Case> {
         case("/v1/chat/completions", json!({"messages": msg, "model": "llama-70b"}), 404, Some("model")),
         case("/v1/chat/completions", json!({"messages": msg, "tools": [{"type": "function"}]}), 400, Some("tools")),
         case("/v1/chat/completions", json!({"messages": msg, "max_tokens": 1000}), 400, Some("messages")),
+        case("/tokenize", json!({}), 400, Some("prompt")),
+        case("/tokenize", json!({"prompt": "Hi", "messages": msg}), 400, Some("messages")),
+        case("/tokenize", json!({"messages": [{"role": "wizard", "content": "Hi"}]}), 400, Some("messages[0].role")),
+        case("/tokenize", json!({"prompt": "Hi", "model": "gpt-4"}), 404, Some("model")),
+        case("/detokenize", json!({"tokens": [1, -1]}), 400, Some("tokens[1]")),
+        case("/detokenize", json!({"tokens": [4_000_000_000u64]}), 400, Some("tokens")),
+        case("/detokenize", json!({"tokens": "abc"}), 400, Some("tokens")),
     ]
 }
 

@@ -40,7 +40,7 @@ pub struct ChatBody {
 }
 
 #[derive(Debug, Deserialize)]
-struct MessageInput {
+pub(crate) struct MessageInput {
     role: String,
     content: Option<ContentInput>,
 }
@@ -61,7 +61,8 @@ struct ContentPart {
 
 const ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool"];
 
-fn messages(input: Vec<MessageInput>) -> Result<Vec<ChatMessage>, ApiError> {
+/// Chat messages as the engine takes them; each refusal names the message and field.
+pub(crate) fn messages(input: Vec<MessageInput>) -> Result<Vec<ChatMessage>, ApiError> {
     if input.is_empty() {
         return Err(ApiError::invalid("messages", "`messages` must contain at least one message"));
     }

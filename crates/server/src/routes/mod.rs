@@ -2,3 +2,4 @@ pub mod chat;
 pub mod completions;
 pub mod generate;
 pub mod info;
+pub mod tokenize;

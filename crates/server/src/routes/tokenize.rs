@@ -1,0 +1,70 @@
+//! `POST /tokenize` and `POST /detokenize` in vLLM's shapes, so clients (the benchmark
+//! first) can build prompts of exact token lengths against rillm as against vLLM or SGLang.
+//!
+//! Tokenizing a long prompt takes milliseconds of CPU: it runs on the blocking pool, not on
+//! the async workers that stream tokens.
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use rillm_engine::Prompt;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::error::ApiError;
+use crate::json::JsonBody;
+use crate::routes::chat::{messages, MessageInput};
+use crate::state::AppState;
+
+/// vLLM's `TokenizeCompletionRequest` or `TokenizeChatRequest`.
+#[derive(Debug, Deserialize)]
+pub struct TokenizeBody {
+    model: Option<String>,
+    prompt: Option<String>,
+    messages: Option<Vec<MessageInput>>,
+    /// Text prompts: add BOS as generation does (vLLM's default). Chat prompts always get
+    /// exactly what generation would see.
+    #[serde(default = "yes")]
+    add_special_tokens: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Deserialize)]
+pub struct DetokenizeBody {
+    model: Option<String>,
+    tokens: Vec<i64>,
+}
+
+pub async fn tokenize(State(state): State<AppState>, JsonBody(body): JsonBody<TokenizeBody>) -> Result<Response, ApiError> {
+    state.check_model(body.model.as_deref())?;
+    let backend = state.backend().ok_or_else(|| ApiError::unavailable("the model is still loading"))?.clone();
+    let (prompt, param) = match (body.prompt, body.messages) {
+        (Some(text), None) => (Prompt::Text(text), "prompt"),
+        (None, Some(input)) => (Prompt::Chat(messages(input)?), "messages"),
+        (Some(_), Some(_)) => return Err(ApiError::invalid("messages", "give `prompt` or `messages`, not both")),
+        (None, None) => return Err(ApiError::invalid("prompt", "`prompt` or `messages` is required")),
+    };
+    let add_special = body.add_special_tokens;
+    let tokens = tokio::task::spawn_blocking(move || backend.tokenize(&prompt, add_special))
+        .await
+        .map_err(|_| ApiError::internal("tokenizing failed"))?
+        .map_err(|rejected| ApiError::invalid(param, rejected.to_string()))?;
+    let max_model_len = state.backend().map_or(0, |b| b.context_length());
+    Ok(Json(json!({"count": tokens.len(), "max_model_len": max_model_len, "tokens": tokens, "token_strs": null})).into_response())
+}
+
+pub async fn detokenize(State(state): State<AppState>, JsonBody(body): JsonBody<DetokenizeBody>) -> Result<Response, ApiError> {
+    state.check_model(body.model.as_deref())?;
+    let backend = state.backend().ok_or_else(|| ApiError::unavailable("the model is still loading"))?;
+    let tokens = body
+        .tokens
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| u32::try_from(t).map_err(|_| ApiError::invalid(format!("tokens[{i}]"), format!("token id {t} is not a valid token id"))))
+        .collect::<Result<Vec<u32>, _>>()?;
+    let text = backend.detokenize(&tokens).map_err(|rejected| ApiError::invalid("tokens", rejected.to_string()))?;
+    Ok(Json(json!({"prompt": text})).into_response())
+}
