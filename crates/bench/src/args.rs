@@ -2,13 +2,15 @@
 
 use std::path::PathBuf;
 
+use crate::lengths::LengthDist;
 use crate::protocol::Protocol;
 use crate::schedule::Arrival;
+use crate::trace::TraceFormat;
 
 #[derive(clap::Args, Debug, Clone)]
 #[command(group(clap::ArgGroup::new("amount").args(["requests", "duration"])))]
 #[command(group(clap::ArgGroup::new("load").args(["rate", "concurrency"])))]
-#[command(group(clap::ArgGroup::new("source").args(["prompt", "dataset"])))]
+#[command(group(clap::ArgGroup::new("source").args(["prompt", "dataset", "trace", "input_tokens"])))]
 pub struct BenchArgs {
     /// Endpoint to load, e.g. http://127.0.0.1:8767/generate or .../v1/chat/completions.
     #[arg(long)]
@@ -16,16 +18,20 @@ pub struct BenchArgs {
     /// Wire protocol; `auto` picks it from the URL's path.
     #[arg(long, value_enum, default_value_t = ProtocolArg::Auto)]
     pub protocol: ProtocolArg,
-    /// Requests per load level (default 20 when --duration is not given).
+    /// Requests per load level, or the first N records of a --trace (default 20 when
+    /// --duration is not given). Sessions count with --sessions instead.
     #[arg(long)]
     pub requests: Option<usize>,
-    /// Seconds per load level, instead of a request count.
+    /// Seconds per load level instead of a count: arrivals (trace records, new sessions)
+    /// stop after this long.
     #[arg(long)]
     pub duration: Option<f64>,
-    /// Open-loop arrival rate(s) in requests/s; a comma list sweeps them in turn.
+    /// Open-loop arrival rate(s) in requests/s (sessions/s with sessions); a comma list
+    /// sweeps them in turn.
     #[arg(long, value_delimiter = ',')]
     pub rate: Vec<f64>,
-    /// Closed-loop concurrency level(s); a comma list sweeps them in turn.
+    /// Closed-loop concurrency level(s) (sessions open at once with sessions); a comma list
+    /// sweeps them in turn.
     #[arg(long, value_delimiter = ',')]
     pub concurrency: Vec<usize>,
     #[arg(long, value_enum, default_value_t = Arrival::Poisson)]
@@ -44,9 +50,69 @@ pub struct BenchArgs {
     pub e2e_slo_ms: Option<f64>,
     #[arg(long, default_value = "What is a cache?")]
     pub prompt: String,
-    /// ShareGPT JSON or JSONL of {"prompt"|"messages", "max_tokens"}.
+    /// ShareGPT JSON or JSONL of {"prompt"|"messages", "max_tokens"}; a JSONL of
+    /// {"session_id", "turns": [{"text"|"messages", "max_tokens"?, "delay_ms"?}]} is sessions.
     #[arg(long)]
     pub dataset: Option<PathBuf>,
+    /// With a ShareGPT --dataset: send every human turn of each conversation in order, with
+    /// the server's live reply in the history.
+    #[arg(long)]
+    pub multi_turn: bool,
+    /// Replay a production trace at its recorded times (open loop): Mooncake JSONL, Azure
+    /// or BurstGPT CSV. Prompts are synthesised at the recorded lengths.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = TraceFormat::Auto)]
+    pub trace_format: TraceFormat,
+    /// Multiplies the trace's gaps between arrivals (10 = ten times slower).
+    #[arg(long, default_value_t = 1.0)]
+    pub time_scale: f64,
+    /// Multiplies the trace's prompt lengths.
+    #[arg(long, default_value_t = 1.0)]
+    pub input_scale: f64,
+    /// Multiplies the trace's output lengths.
+    #[arg(long, default_value_t = 1.0)]
+    pub output_scale: f64,
+    /// Caps each prompt's length, after --input-scale.
+    #[arg(long)]
+    pub max_input_tokens: Option<u32>,
+    /// Caps each output length, after --output-scale.
+    #[arg(long)]
+    pub max_output_tokens: Option<u32>,
+    /// Trace records to skip before replaying.
+    #[arg(long, default_value_t = 0)]
+    pub trace_offset: usize,
+    /// Prompt tokens per Mooncake hash id.
+    #[arg(long, default_value_t = 512)]
+    pub trace_block_tokens: u32,
+    /// A Hugging Face tokenizer.json of the served model, for exact prompt lengths (else the
+    /// target's /tokenize is used when it has one, else lengths are estimates).
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// Synthetic prompts: tokens per prompt (or per turn), MEAN[,STDDEV] or uniform:MIN-MAX.
+    #[arg(long)]
+    pub input_tokens: Option<LengthDist>,
+    /// Synthetic output lengths (max_tokens), MEAN[,STDDEV] or uniform:MIN-MAX; default --max-tokens.
+    #[arg(long)]
+    pub output_tokens: Option<LengthDist>,
+    /// A shared system prompt of N tokens before each synthetic prompt.
+    #[arg(long)]
+    pub shared_prefix_tokens: Option<u32>,
+    /// How many distinct shared prefixes; each request picks one at random.
+    #[arg(long, default_value_t = 1)]
+    pub prefix_groups: u32,
+    /// Multi-turn sessions: how many (synthetic, or the first N of a sessions dataset).
+    #[arg(long)]
+    pub sessions: Option<usize>,
+    /// Synthetic sessions: turns per session.
+    #[arg(long, default_value_t = 4)]
+    pub turns: u32,
+    /// Synthetic sessions: think time between a reply and the next turn.
+    #[arg(long, default_value_t = 0.0)]
+    pub think_ms: f64,
+    /// Synthetic sessions: the first turn's length (an opening document), default --input-tokens.
+    #[arg(long)]
+    pub opening_tokens: Option<LengthDist>,
     #[arg(long, default_value_t = 64)]
     pub max_tokens: u32,
     /// Model name to send (OpenAI protocols); default: the first of the server's /v1/models.

@@ -6,7 +6,7 @@ use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::Value;
 
-use crate::protocol::{decode, Decoded, Protocol};
+use crate::protocol::{decode, Decoded, Protocol, UsageInfo};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -23,6 +23,16 @@ pub enum Status {
 /// Everything measured about one request. Times are milliseconds.
 #[derive(Debug, Clone)]
 pub struct RequestRecord {
+    /// Position in the run's schedule (arrival order; sessions: session by session).
+    pub index: usize,
+    /// The conversation and 1-based turn, for session workloads.
+    pub session: Option<std::sync::Arc<str>>,
+    pub turn: Option<u32>,
+    /// The prompt's tokens: the server's usage where it reported them, else the
+    /// benchmark's own count.
+    pub prompt_tokens: Option<u32>,
+    /// Prompt tokens the server says it reused (`prompt_tokens_details.cached_tokens`).
+    pub cached_tokens: Option<u32>,
     pub status: Status,
     pub http_status: Option<u16>,
     pub error: Option<String>,
@@ -51,6 +61,11 @@ impl RequestRecord {
 
     fn unsent(status: Status, scheduled_ms: f64, error: &str) -> Self {
         Self {
+            index: 0,
+            session: None,
+            turn: None,
+            prompt_tokens: None,
+            cached_tokens: None,
             status,
             http_status: None,
             error: Some(error.to_string()),
@@ -65,6 +80,12 @@ impl RequestRecord {
             content_events: 0,
             completion_tokens: None,
         }
+    }
+
+    fn take_usage(&mut self, usage: UsageInfo) {
+        self.completion_tokens = usage.completion_tokens.or(self.completion_tokens);
+        self.prompt_tokens = usage.prompt_tokens.or(self.prompt_tokens);
+        self.cached_tokens = usage.cached_tokens.or(self.cached_tokens);
     }
 
     pub fn dispatch_lag_ms(&self) -> f64 {
@@ -171,8 +192,8 @@ async fn exchange(target: &Target<'_>, body: &Value, sent: Instant, record: &mut
         };
         let (text, tokens, usage) = match decode(target.protocol, &event.event, &event.data) {
             Decoded::Content { text, tokens } => (Some(text), tokens, None),
-            Decoded::ContentAndUsage { text, completion_tokens } => (Some(text), None, Some(completion_tokens)),
-            Decoded::Usage { completion_tokens } => (None, None, Some(completion_tokens)),
+            Decoded::ContentAndUsage { text, usage } => (Some(text), None, Some(usage)),
+            Decoded::Usage(usage) => (None, None, Some(usage)),
             Decoded::Error(message) => {
                 record.error = Some(format!("error in stream: {message}"));
                 return;
@@ -193,8 +214,8 @@ async fn exchange(target: &Target<'_>, body: &Value, sent: Instant, record: &mut
             record.event_tokens.push(tokens);
             record.text.push_str(&text);
         }
-        if usage.is_some() {
-            record.completion_tokens = usage;
+        if let Some(usage) = usage {
+            record.take_usage(usage);
             // rillm's `event: done` carries usage and is the last event.
             if target.protocol == Protocol::Generate && event.event == "done" {
                 explicit_end = true;

@@ -5,6 +5,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::protocol::{PromptSpec, RequestSpec};
+use crate::workload::{Session, Turn};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DatasetError {
@@ -48,14 +49,101 @@ fn jsonl_record(v: &Value, default_max_tokens: u32) -> Option<RequestSpec> {
         _ => return None,
     };
     let max_tokens = v["max_tokens"].as_u64().map_or(default_max_tokens, |n| n as u32);
-    Some(RequestSpec { prompt, max_tokens })
+    Some(RequestSpec::new(prompt, max_tokens))
 }
 
 fn sharegpt_record(v: &Value, max_tokens: u32) -> Option<RequestSpec> {
     let turns = v["conversations"].as_array()?;
     let first_human = turns.iter().find(|t| matches!(t["from"].as_str(), Some("human" | "user")))?;
     let text = first_human["value"].as_str()?.trim();
-    (!text.is_empty()).then(|| RequestSpec { prompt: PromptSpec::Text(text.to_string()), max_tokens })
+    (!text.is_empty()).then(|| RequestSpec::new(PromptSpec::Text(text.to_string()), max_tokens))
+}
+
+fn read(path: &Path) -> Result<String, DatasetError> {
+    std::fs::read_to_string(path).map_err(|source| DatasetError::Io { path: path.display().to_string(), source })
+}
+
+/// A JSONL file whose first record has `turns` holds sessions.
+pub fn is_sessions_file(path: &Path) -> Result<bool, DatasetError> {
+    if !path.extension().is_some_and(|e| e == "jsonl") {
+        return Ok(false);
+    }
+    let text = read(path)?;
+    let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    Ok(serde_json::from_str::<Value>(first).is_ok_and(|v| v.get("turns").is_some()))
+}
+
+/// Conversations, sent turn by turn with the server's live replies as history.
+/// `.jsonl`: `{"session_id", "turns": [{"text" | "messages", "max_tokens"?, "delay_ms"?}]}`.
+/// Otherwise ShareGPT: every human turn in order (a leading system turn opens the history).
+pub fn load_sessions(path: &Path, default_max_tokens: u32) -> Result<Vec<Session>, DatasetError> {
+    let name = path.display().to_string();
+    let text = read(path)?;
+    let format_err = |message: String| DatasetError::Format { path: name.clone(), message };
+    let sessions: Vec<Session> = if path.extension().is_some_and(|e| e == "jsonl") {
+        text.lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .map(|(i, line)| {
+                let v: Value = serde_json::from_str(line).map_err(|e| format_err(format!("line {}: {e}", i + 1)))?;
+                jsonl_session(&v, i, default_max_tokens).map_err(|m| format_err(format!("line {}: {m}", i + 1)))
+            })
+            .collect::<Result<_, _>>()?
+    } else {
+        let v: Value = serde_json::from_str(&text).map_err(|e| format_err(e.to_string()))?;
+        let records = v.as_array().ok_or_else(|| format_err("expected a JSON array of conversations".into()))?;
+        records.iter().enumerate().filter_map(|(i, r)| sharegpt_session(r, i, default_max_tokens)).collect()
+    };
+    if sessions.is_empty() {
+        return Err(format_err("no usable sessions".into()));
+    }
+    Ok(sessions)
+}
+
+fn jsonl_session(v: &Value, line: usize, default_max_tokens: u32) -> Result<Session, String> {
+    let id = match &v["session_id"] {
+        Value::String(s) => s.clone(),
+        Value::Null => format!("line{}", line + 1),
+        other => other.to_string(),
+    };
+    let turns = v["turns"].as_array().filter(|t| !t.is_empty()).ok_or("needs a non-empty \"turns\" array")?;
+    let turns = turns
+        .iter()
+        .enumerate()
+        .map(|(j, t)| {
+            let messages = match (t["text"].as_str(), t["messages"].as_array()) {
+                (Some(text), _) => vec![serde_json::json!({"role": "user", "content": text})],
+                (None, Some(m)) if !m.is_empty() => m.clone(),
+                _ => return Err(format!("turn {}: needs \"text\" or \"messages\"", j + 1)),
+            };
+            let max_tokens = t["max_tokens"].as_u64().map_or(default_max_tokens, |n| n.min(u64::from(u32::MAX)) as u32);
+            Ok(Turn { messages, max_tokens, delay_ms: t["delay_ms"].as_f64().unwrap_or(0.0).max(0.0) })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Session { id: id.into(), turns })
+}
+
+fn sharegpt_session(v: &Value, index: usize, max_tokens: u32) -> Option<Session> {
+    let record = v["conversations"].as_array()?;
+    let mut turns: Vec<Turn> = Vec::new();
+    let mut system = None;
+    for t in record {
+        let text = t["value"].as_str().unwrap_or("").trim();
+        match t["from"].as_str() {
+            Some("system") if turns.is_empty() && !text.is_empty() => system = Some(text.to_string()),
+            Some("human" | "user") if !text.is_empty() => {
+                let mut messages = Vec::new();
+                if let Some(s) = system.take() {
+                    messages.push(serde_json::json!({"role": "system", "content": s}));
+                }
+                messages.push(serde_json::json!({"role": "user", "content": text}));
+                turns.push(Turn { messages, max_tokens, delay_ms: 0.0 });
+            }
+            _ => {}
+        }
+    }
+    let id = v["id"].as_str().map_or_else(|| format!("conv{index}"), str::to_string);
+    (!turns.is_empty()).then(|| Session { id: id.into(), turns })
 }
 
 #[cfg(test)]
@@ -87,5 +175,24 @@ mod tests {
         assert_eq!(specs[1].max_tokens, 9);
         let bad = write("bad.jsonl", "{\"x\":1}\n");
         assert!(load(&bad, 9).unwrap_err().to_string().contains("line 1"));
+    }
+
+    #[test]
+    fn sessions_from_jsonl_and_sharegpt_keep_every_human_turn_in_order() {
+        let p = write("s.jsonl", "{\"session_id\":\"a\",\"turns\":[{\"text\":\"one\"},{\"text\":\"two\",\"max_tokens\":3,\"delay_ms\":50}]}\n{\"turns\":[{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\",\"content\":\"q\"}]}]}\n");
+        assert!(is_sessions_file(&p).unwrap());
+        let s = load_sessions(&p, 8).unwrap();
+        assert_eq!((&*s[0].id, s[0].turns.len(), &*s[1].id), ("a", 2, "line2"));
+        assert_eq!((s[0].turns[0].max_tokens, s[0].turns[1].max_tokens, s[0].turns[1].delay_ms), (8, 3, 50.0));
+        assert_eq!(s[1].turns[0].messages.len(), 2);
+        let bad = write("sbad.jsonl", "{\"turns\":[{\"x\":1}]}\n");
+        assert!(load_sessions(&bad, 8).unwrap_err().to_string().contains("turn 1"));
+
+        let sg = write("sg2.json", r#"[{"id":"c1","conversations":[{"from":"system","value":"be brief"},{"from":"human","value":"Q1"},{"from":"gpt","value":"A1"},{"from":"human","value":"Q2"},{"from":"gpt","value":"A2"}]}]"#);
+        assert!(!is_sessions_file(&sg).unwrap());
+        let s = load_sessions(&sg, 16).unwrap();
+        assert_eq!(s[0].turns.len(), 2);
+        assert_eq!(s[0].turns[0].messages[0]["role"], "system");
+        assert_eq!(s[0].turns[1].messages, vec![serde_json::json!({"role": "user", "content": "Q2"})]);
     }
 }

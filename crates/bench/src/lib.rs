@@ -8,13 +8,19 @@
 pub mod args;
 pub mod client;
 pub mod dataset;
+pub mod lengths;
 pub mod mock;
 pub mod protocol;
 pub mod report;
 pub mod result;
 pub mod runner;
 pub mod schedule;
+pub mod session;
 pub mod stats;
+pub mod synth;
+pub mod tokens;
+pub mod trace;
+pub mod workload;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,9 +28,13 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 pub use args::BenchArgs;
-use protocol::{request_body, BodyOptions, PromptSpec, RequestSpec};
+use protocol::{BodyOptions, PromptSpec, RequestSpec};
 use result::{BenchResult, LoadDescription, RunFacts, Slos};
 use runner::{Amount, LevelPlan, Load};
+use workload::Workload;
+
+/// Requests per level (or trace records) when neither --requests nor --duration is given.
+pub const DEFAULT_REQUESTS: usize = 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
@@ -32,6 +42,10 @@ pub enum BenchError {
     Args(String),
     #[error(transparent)]
     Dataset(#[from] dataset::DatasetError),
+    #[error(transparent)]
+    Trace(#[from] trace::TraceError),
+    #[error(transparent)]
+    Tokenizer(#[from] tokens::TokenizerError),
     #[error("writing {path}: {source}")]
     Write { path: String, source: std::io::Error },
     #[error("HTTP client: {0}")]
@@ -60,10 +74,7 @@ impl BenchOutput {
 
 pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, BenchError> {
     let protocol = args.protocol.resolve(&args.url).map_err(BenchError::Args)?;
-    let specs = match &args.dataset {
-        Some(path) => dataset::load(path, args.max_tokens)?,
-        None => vec![RequestSpec { prompt: PromptSpec::Text(args.prompt.clone()), max_tokens: args.max_tokens }],
-    };
+    check_workload_args(&args)?;
     let client = reqwest::Client::builder()
         .tcp_nodelay(true)
         .pool_max_idle_per_host(usize::MAX)
@@ -72,22 +83,31 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
         Some(m) => Some(m.clone()),
         None => discover_model(&client, &args.url, args.api_key.as_deref()).await,
     };
-    let opts = BodyOptions { model: model.clone(), ignore_eos: args.ignore_eos, temperature: args.temperature };
-    let bodies: Vec<Value> = specs.iter().map(|s| request_body(protocol, s, &opts)).collect();
     let amount = match (args.requests, args.duration) {
         (_, Some(d)) if d > 0.0 => Amount::Duration(Duration::from_secs_f64(d)),
         (Some(n), _) => Amount::Requests(n),
-        _ => Amount::Requests(20),
+        _ => Amount::Requests(DEFAULT_REQUESTS),
     };
-    let loads = levels(&args)?;
+    let built = workload::build(&args, protocol, &client, origin(&args.url), pool_size(&args, amount)).await?;
+    if matches!(built.workload, Workload::Sessions(_)) && args.requests.is_some() {
+        return Err(BenchError::Args("--requests counts single requests; with sessions say how many with --sessions".into()));
+    }
+    // A trace's output lengths are targets: ask the server to reach them.
+    let ignore_eos = args.ignore_eos || matches!(built.workload, Workload::Trace(_));
+    let body = BodyOptions { model: model.clone(), ignore_eos, temperature: args.temperature };
+    let loads = levels(&args, &built.workload)?;
     let timeout = Duration::from_secs_f64(args.timeout.max(0.001));
     let slos = Slos { ttft_ms: args.ttft_slo_ms, tpot_ms: args.tpot_slo_ms, e2e_ms: args.e2e_slo_ms };
-    let run_context = run_context(&args, model.as_deref(), &command_line);
+    let mut run_context = run_context(&args, model.as_deref(), &command_line);
+    run_context["workload"] = built.description;
     let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let workload = Arc::new(built.workload);
 
     if args.warmup > 0 {
+        // Warm-up uses --prompt, never the measured prompts: it must not fill a prefix cache.
+        let warm = Workload::Requests(vec![RequestSpec::new(PromptSpec::Text(args.prompt.clone()), args.max_tokens)]);
         let warm = Arc::new(LevelPlan {
-            url: args.url.clone(), protocol, api_key: args.api_key.clone(), bodies: bodies.clone(),
+            url: args.url.clone(), protocol, api_key: args.api_key.clone(), workload: Arc::new(warm), body: body.clone(),
             load: Load::Concurrency(1), amount: Amount::Requests(args.warmup), max_inflight: None,
             timeout, seed: args.seed, progress: false,
         });
@@ -96,10 +116,17 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     let mut results = Vec::new();
     for load in loads {
         let plan = Arc::new(LevelPlan {
-            url: args.url.clone(), protocol, api_key: args.api_key.clone(), bodies: bodies.clone(),
+            url: args.url.clone(), protocol, api_key: args.api_key.clone(), workload: Arc::clone(&workload), body: body.clone(),
             load, amount, max_inflight: args.max_inflight, timeout, seed: args.seed, progress,
         });
         let outcome = runner::run_level(&client, plan).await;
+        let mut notes = built.notes.clone();
+        if outcome.sessions_cut > 0 {
+            notes.push(format!(
+                "{} sessions ended early after a failed or rejected turn; their {} remaining turns were never sent and are not counted as offered.",
+                outcome.sessions_cut, outcome.turns_not_sent
+            ));
+        }
         results.push(result::build(RunFacts {
             url: args.url.clone(),
             protocol,
@@ -109,6 +136,11 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
             wall_s: outcome.wall_s,
             client_cpu_s: outcome.client_cpu_s,
             run_context: run_context.clone(),
+            notes,
+            sessions: matches!(*workload, Workload::Sessions(_)).then_some(result::SessionCounts {
+                cut_short: outcome.sessions_cut,
+                turns_not_sent: outcome.turns_not_sent,
+            }),
         }));
     }
     let output = BenchOutput { levels: results };
@@ -122,7 +154,46 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     Ok(output)
 }
 
-fn levels(args: &BenchArgs) -> Result<Vec<Load>, BenchError> {
+fn check_workload_args(args: &BenchArgs) -> Result<(), BenchError> {
+    let positive = [("--time-scale", args.time_scale), ("--input-scale", args.input_scale), ("--output-scale", args.output_scale)];
+    if let Some((name, v)) = positive.iter().find(|(_, v)| !(v.is_finite() && *v > 0.0)) {
+        return Err(BenchError::Args(format!("{name} must be positive, got {v}")));
+    }
+    if args.trace.is_some() && (!args.rate.is_empty() || !args.concurrency.is_empty()) {
+        return Err(BenchError::Args("a trace sets its own arrival times: drop --rate/--concurrency (stretch or squeeze it with --time-scale)".into()));
+    }
+    if args.multi_turn && args.dataset.is_none() {
+        return Err(BenchError::Args("--multi-turn needs a ShareGPT --dataset".into()));
+    }
+    if args.sessions == Some(0) {
+        return Err(BenchError::Args("--sessions must be at least 1".into()));
+    }
+    if !(args.think_ms.is_finite() && args.think_ms >= 0.0) {
+        return Err(BenchError::Args("--think-ms must not be negative".into()));
+    }
+    Ok(())
+}
+
+/// How many distinct synthetic prompts to make: one per request when the count is known;
+/// for a duration, enough for the fastest level (closed loop: a bounded pool, cycled).
+fn pool_size(args: &BenchArgs, amount: Amount) -> usize {
+    match amount {
+        Amount::Requests(n) => n.max(1),
+        Amount::Duration(d) => {
+            let fastest = args.rate.iter().copied().fold(0.0, f64::max);
+            if fastest > 0.0 {
+                ((fastest * d.as_secs_f64() * 1.5).ceil() as usize + 16).min(100_000)
+            } else {
+                1024
+            }
+        }
+    }
+}
+
+fn levels(args: &BenchArgs, workload: &Workload) -> Result<Vec<Load>, BenchError> {
+    if matches!(workload, Workload::Trace(_)) {
+        return Ok(vec![Load::Replay]);
+    }
     if let Some(bad) = args.rate.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
         return Err(BenchError::Args(format!("--rate must be positive, got {bad}")));
     }
@@ -148,6 +219,9 @@ fn describe(load: Load, max_inflight: Option<usize>) -> LoadDescription {
         Load::Concurrency(c) => LoadDescription {
             mode: "concurrency", requested_rate_rps: None, arrival: None, burstiness: None, concurrency: Some(c), max_inflight: None,
         },
+        Load::Replay => LoadDescription {
+            mode: "trace", requested_rate_rps: None, arrival: None, burstiness: None, concurrency: None, max_inflight,
+        },
     }
 }
 
@@ -171,9 +245,9 @@ fn run_context(args: &BenchArgs, model: Option<&str>, command: &str) -> Value {
     if let Some(exe) = std::env::current_exe().ok().and_then(|p| sha256_file(&p).map(|h| (p, h))) {
         hashes.insert(format!("rillm:{}", exe.0.display()), json!(exe.1));
     }
-    if let Some(ds) = &args.dataset {
-        if let Some(h) = sha256_file(ds) {
-            hashes.insert(ds.display().to_string(), json!(h));
+    for input in [&args.dataset, &args.trace, &args.tokenizer].into_iter().flatten() {
+        if let Some(h) = sha256_file(input) {
+            hashes.insert(input.display().to_string(), json!(h));
         }
     }
     let host = origin(&args.url);
@@ -195,7 +269,7 @@ fn run_context(args: &BenchArgs, model: Option<&str>, command: &str) -> Value {
     })
 }
 
-fn sha256_file(path: &std::path::Path) -> Option<String> {
+pub(crate) fn sha256_file(path: &std::path::Path) -> Option<String> {
     use sha2::{Digest, Sha256};
     let mut file = std::fs::File::open(path).ok()?;
     let mut hasher = Sha256::new();

@@ -1,6 +1,7 @@
 //! A deterministic timing server: streams `tokens` tokens with the first after `ttft` and
 //! the rest every `itl`, on rillm's `/generate` and the OpenAI streaming endpoints, and
-//! answers 429 beyond `capacity` concurrent streams. The benchmark's calibration target
+//! answers 429 beyond `capacity` concurrent streams. Its "tokenizer" counts words: usage
+//! and `/tokenize` report one prompt token per whitespace-separated word. The benchmark's calibration target
 //! and test fixture; it stands beside real servers, never in place of one.
 
 use std::convert::Infallible;
@@ -46,6 +47,7 @@ pub fn router(config: MockConfig) -> Router {
         .route("/v1/completions", post(|s, b| stream(s, b, Flavor::Completions)))
         .route("/v1/chat/completions", post(|s, b| stream(s, b, Flavor::Chat)))
         .route("/v1/models", get(|| async { Json(json!({"object": "list", "data": [{"id": "mock", "object": "model"}]})) }))
+        .route("/tokenize", post(tokenize))
         .route("/health", get(|| async { "ok" }))
         .with_state(state)
 }
@@ -68,6 +70,7 @@ async fn stream(State(state): State<MockState>, body: Option<Json<Value>>, flavo
     let body = body.map(|Json(v)| v).unwrap_or_default();
     let tokens = body["max_tokens"].as_u64().map_or(state.config.tokens, |m| (m as u32).min(state.config.tokens)).max(1);
     let include_usage = body["stream_options"]["include_usage"].as_bool().unwrap_or(false);
+    let prompt_tokens = prompt_words(&body);
     let cfg = state.config;
     // The permit rides in the stream's state: capacity counts open streams, and a client
     // that disconnects frees its slot.
@@ -76,7 +79,7 @@ async fn stream(State(state): State<MockState>, body: Option<Json<Value>>, flavo
             return None;
         }
         if i == tokens {
-            return Some((finish_events(flavor, tokens, include_usage), (i + 1, permit)));
+            return Some((finish_events(flavor, tokens, prompt_tokens, include_usage), (i + 1, permit)));
         }
         // Scheduled from the request's arrival, so delays never accumulate.
         tokio::time::sleep_until(received + cfg.ttft + cfg.itl * i).await;
@@ -97,8 +100,21 @@ fn token_event(flavor: Flavor, i: u32) -> Event {
     Event::default().data(data)
 }
 
-fn finish_events(flavor: Flavor, tokens: u32, include_usage: bool) -> Vec<Event> {
-    let usage = json!({"prompt_tokens": 1, "completion_tokens": tokens, "total_tokens": tokens + 1});
+/// vLLM's `/tokenize` shape over the mock's word "tokenizer".
+async fn tokenize(body: Option<Json<Value>>) -> Json<Value> {
+    let count = prompt_words(&body.map(|Json(v)| v).unwrap_or_default());
+    Json(json!({"count": count, "max_model_len": 1 << 20, "tokens": (0..count).collect::<Vec<u32>>()}))
+}
+
+/// The mock's "tokenizer": one token per whitespace-separated word of the prompt.
+fn prompt_words(body: &Value) -> u32 {
+    let words = |v: &Value| v.as_str().map_or(0, |s| s.split_whitespace().count());
+    let n = words(&body["prompt"]) + body["messages"].as_array().map_or(0, |m| m.iter().map(|m| words(&m["content"])).sum());
+    n as u32
+}
+
+fn finish_events(flavor: Flavor, tokens: u32, prompt_tokens: u32, include_usage: bool) -> Vec<Event> {
+    let usage = json!({"prompt_tokens": prompt_tokens, "completion_tokens": tokens, "total_tokens": tokens + prompt_tokens});
     match flavor {
         Flavor::Generate => vec![Event::default().event("done").data(json!({"finish_reason": "length", "usage": usage}).to_string())],
         Flavor::Completions | Flavor::Chat => {

@@ -37,6 +37,14 @@ impl Protocol {
 pub struct RequestSpec {
     pub prompt: PromptSpec,
     pub max_tokens: u32,
+    /// The prompt's tokens as the benchmark counted them, when it could.
+    pub prompt_tokens: Option<u32>,
+}
+
+impl RequestSpec {
+    pub fn new(prompt: PromptSpec, max_tokens: u32) -> Self {
+        Self { prompt, max_tokens, prompt_tokens: None }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -47,7 +55,8 @@ pub enum PromptSpec {
 }
 
 impl PromptSpec {
-    fn as_text(&self) -> String {
+    /// The prompt for text protocols; a conversation becomes its contents, one per line.
+    pub fn as_text(&self) -> String {
         match self {
             Self::Text(t) => t.clone(),
             Self::Messages(m) => m
@@ -107,16 +116,31 @@ pub fn request_body(protocol: Protocol, spec: &RequestSpec, opts: &BodyOptions) 
 pub enum Decoded {
     /// Model output. `tokens` is how many tokens it carries, when the protocol says.
     Content { text: String, tokens: Option<u32> },
-    /// Completion token count from the server (a usage object or `event: done`).
-    Usage { completion_tokens: u32 },
+    /// Token counts from the server (a usage object or `event: done`).
+    Usage(UsageInfo),
     /// Content and usage in one event (llama.cpp puts usage on its last chunk).
-    ContentAndUsage { text: String, completion_tokens: u32 },
+    ContentAndUsage { text: String, usage: UsageInfo },
     /// An error reported inside the stream.
     Error(String),
     /// The stream's explicit end (`[DONE]`, `event: done` without usage).
     Done,
     /// Keep-alives, role deltas, empty chunks, events of no interest.
     Nothing,
+}
+
+/// What a server's usage object said; each count only where it said it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UsageInfo {
+    pub completion_tokens: Option<u32>,
+    pub prompt_tokens: Option<u32>,
+    /// `prompt_tokens_details.cached_tokens`: prompt tokens the server reused from its cache.
+    pub cached_tokens: Option<u32>,
+}
+
+impl UsageInfo {
+    pub fn completion(n: u32) -> Self {
+        Self { completion_tokens: Some(n), ..Self::default() }
+    }
 }
 
 /// The fields of an SSE data payload the benchmark reads, from any of the protocols.
@@ -154,6 +178,25 @@ struct Delta<'a> {
 #[derive(serde::Deserialize)]
 struct UsagePayload {
     completion_tokens: Option<u64>,
+    prompt_tokens: Option<u64>,
+    prompt_tokens_details: Option<PromptDetails>,
+}
+
+#[derive(serde::Deserialize)]
+struct PromptDetails {
+    cached_tokens: Option<u64>,
+}
+
+impl UsagePayload {
+    fn info(self) -> Option<UsageInfo> {
+        let n = |x: Option<u64>| x.map(|x| x.min(u64::from(u32::MAX)) as u32);
+        let info = UsageInfo {
+            completion_tokens: n(self.completion_tokens),
+            prompt_tokens: n(self.prompt_tokens),
+            cached_tokens: n(self.prompt_tokens_details.and_then(|d| d.cached_tokens)),
+        };
+        (info != UsageInfo::default()).then_some(info)
+    }
 }
 
 /// Decodes one SSE event. Never panics on garbage: unparseable data is `Nothing`.
@@ -172,12 +215,12 @@ pub fn decode(protocol: Protocol, event_type: &str, data: &str) -> Decoded {
     if event_type == "error" {
         return Decoded::Error(data.to_string());
     }
-    let usage = p.usage.and_then(|u| u.completion_tokens).map(|n| n as u32);
+    let usage = p.usage.and_then(UsagePayload::info);
     let first = p.choices.and_then(|c| c.into_iter().next());
     let text = match protocol {
         Protocol::Generate => {
             if event_type == "done" {
-                return usage.map_or(Decoded::Done, |completion_tokens| Decoded::Usage { completion_tokens });
+                return usage.map_or(Decoded::Done, Decoded::Usage);
             }
             let tokens = p.token_ids.map(|ids| ids.len() as u32);
             let text = p.text.or(p.token).unwrap_or_default();
@@ -191,9 +234,9 @@ pub fn decode(protocol: Protocol, event_type: &str, data: &str) -> Decoded {
     }
     .unwrap_or_default();
     match (text.is_empty(), usage) {
-        (false, Some(completion_tokens)) => Decoded::ContentAndUsage { text: text.into_owned(), completion_tokens },
+        (false, Some(usage)) => Decoded::ContentAndUsage { text: text.into_owned(), usage },
         (false, None) => Decoded::Content { text: text.into_owned(), tokens: None },
-        (true, Some(completion_tokens)) => Decoded::Usage { completion_tokens },
+        (true, Some(usage)) => Decoded::Usage(usage),
         (true, None) => Decoded::Nothing,
     }
 }
@@ -215,12 +258,14 @@ mod tests {
         use Decoded::*;
         let g = Protocol::Generate;
         assert_eq!(decode(g, "message", r#"{"text":"hi","token_ids":[1,2]}"#), Content { text: "hi".into(), tokens: Some(2) });
-        assert_eq!(decode(g, "done", r#"{"finish_reason":"length","usage":{"completion_tokens":9}}"#), Usage { completion_tokens: 9 });
+        assert_eq!(decode(g, "done", r#"{"finish_reason":"length","usage":{"completion_tokens":9}}"#), Usage(UsageInfo::completion(9)));
         assert_eq!(decode(g, "error", r#"{"error":{"message":"boom"}}"#), Error("boom".into()));
         let c = Protocol::Completions;
         assert_eq!(decode(c, "message", r#"{"choices":[{"text":" a"}]}"#), Content { text: " a".into(), tokens: None });
-        assert_eq!(decode(c, "message", r#"{"choices":[],"usage":{"completion_tokens":4}}"#), Usage { completion_tokens: 4 });
-        assert_eq!(decode(c, "message", r#"{"choices":[{"text":"z"}],"usage":{"completion_tokens":4}}"#), ContentAndUsage { text: "z".into(), completion_tokens: 4 });
+        assert_eq!(decode(c, "message", r#"{"choices":[],"usage":{"completion_tokens":4}}"#), Usage(UsageInfo::completion(4)));
+        assert_eq!(decode(c, "message", r#"{"choices":[{"text":"z"}],"usage":{"completion_tokens":4}}"#), ContentAndUsage { text: "z".into(), usage: UsageInfo::completion(4) });
+        let cached = r#"{"choices":[],"usage":{"prompt_tokens":50,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":32}}}"#;
+        assert_eq!(decode(c, "message", cached), Usage(UsageInfo { completion_tokens: Some(4), prompt_tokens: Some(50), cached_tokens: Some(32) }));
         assert_eq!(decode(c, "message", "[DONE]"), Done);
         let ch = Protocol::Chat;
         assert_eq!(decode(ch, "message", r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#), Nothing);

@@ -12,6 +12,7 @@ fn level_name(r: &BenchResult) -> String {
     match (r.load.requested_rate_rps, r.load.concurrency) {
         (Some(rate), _) => format!("{rate} req/s"),
         (_, Some(c)) => format!("concurrency {c}"),
+        _ if r.load.mode == "trace" => "trace replay".into(),
         _ => "-".into(),
     }
 }
@@ -84,6 +85,31 @@ pub fn summary(levels: &[BenchResult]) -> String {
         dist_row(&mut out, "event gap", &l.event_gap_ms);
         dist_row(&mut out, "E2E", &l.e2e_ms);
         dist_row(&mut out, "dispatch lag", &l.dispatch_lag_ms);
+        let t = &r.tokens;
+        let opt = |v: Option<f64>, unit: &str| v.map_or("n/a".into(), |v| format!("{v:.1}{unit}"));
+        let _ = writeln!(
+            out,
+            "  tokens: mean input {}  mean output {}  prefix-cache hit {} ({} requests reported cached tokens)",
+            opt(t.mean_input_tokens, ""),
+            opt(t.mean_output_tokens, ""),
+            opt(t.prefix_cache_hit_pct, " %"),
+            t.requests_reporting_cached_tokens
+        );
+        if let Some(turns) = &r.per_turn {
+            let _ = writeln!(out, "  {:<8} {:>9} {:>11} {:>11} {:>13} {:>13}", "turn", "completed", "TTFT p50", "TTFT p90", "prompt tok", "cached tok");
+            for t in turns {
+                let _ = writeln!(
+                    out,
+                    "  {:<8} {:>9} {:>11} {:>11} {:>13} {:>13}",
+                    t.turn,
+                    t.completed,
+                    opt(t.ttft_ms.map(|d| d.p50), " ms"),
+                    opt(t.ttft_ms.map(|d| d.p90), " ms"),
+                    opt(t.mean_prompt_tokens, ""),
+                    opt(t.mean_cached_tokens, "")
+                );
+            }
+        }
         let _ = writeln!(out, "  client CPU {:.2} cores{}", r.client.cpu_cores_used, if r.client.saturated { "  (SATURATED: see limits)" } else { "" });
         let _ = writeln!(out, "  limits: {}", r.limits);
     }

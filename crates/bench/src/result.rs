@@ -41,6 +41,11 @@ pub struct LoadDescription {
 /// One request as written to the file. Field names follow the prototype.
 #[derive(Debug, Serialize)]
 pub struct RequestJson {
+    pub index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
     pub status: Status,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -63,6 +68,11 @@ pub struct RequestJson {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub completion_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u32>,
+    /// Prompt tokens the server reported reusing from its cache.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tpot_ms: Option<f64>,
     pub scheduled_ms: f64,
     pub sent_ms: f64,
@@ -75,6 +85,9 @@ impl RequestJson {
         let streamed = r.status == Status::Completed || r.content_events > 0;
         let r3 = |x: f64| (x * 1000.0).round() / 1000.0;
         Self {
+            index: r.index,
+            session_id: r.session.as_deref().map(str::to_string),
+            turn: r.turn,
             status: r.status,
             error: r.error.clone(),
             http_status: r.http_status,
@@ -87,6 +100,8 @@ impl RequestJson {
             text: streamed.then(|| r.text.clone()),
             content_events: streamed.then_some(r.content_events),
             completion_tokens: r.tokens(),
+            prompt_tokens: r.prompt_tokens,
+            cached_tokens: r.cached_tokens,
             tpot_ms: r.tpot_ms().map(r3),
             scheduled_ms: r3(r.scheduled_ms),
             sent_ms: r3(r.sent_ms),
@@ -115,6 +130,37 @@ pub struct ClientCheck {
     pub cpu_cores_used: f64,
     pub dispatch_lag_p99_ms: f64,
     pub saturated: bool,
+}
+
+/// Requests that completed at one turn index of their sessions.
+#[derive(Debug, Serialize)]
+pub struct TurnSummary {
+    pub turn: u32,
+    pub completed: usize,
+    pub ttft_ms: Option<Distribution>,
+    pub mean_prompt_tokens: Option<f64>,
+    pub mean_cached_tokens: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct SessionCounts {
+    /// Sessions that stopped after a failed or rejected turn.
+    pub cut_short: usize,
+    /// Their remaining turns, never sent (not in `offered_requests`).
+    pub turns_not_sent: usize,
+}
+
+/// What the prompts and outputs were, and how much of the prompts the server reused.
+#[derive(Debug, Serialize)]
+pub struct TokenSummary {
+    /// Over sent requests whose prompt was counted (by the server or the benchmark).
+    pub mean_input_tokens: Option<f64>,
+    /// Over completed requests with a known output count.
+    pub mean_output_tokens: Option<f64>,
+    /// Cached prompt tokens over prompt tokens, in percent, over completed requests whose
+    /// server reported `cached_tokens`.
+    pub prefix_cache_hit_pct: Option<f64>,
+    pub requests_reporting_cached_tokens: usize,
 }
 
 #[derive(Debug, Serialize)]
@@ -146,6 +192,13 @@ pub struct BenchResult {
     /// Share of offered requests meeting every SLO given, in percent.
     pub slo_attainment_pct: f64,
     pub latency: Latencies,
+    pub tokens: TokenSummary,
+    /// Sessions only: TTFT and reuse by turn index (turn 1 against later turns shows
+    /// whether the server reuses the conversation's KV).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_turn: Option<Vec<TurnSummary>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<SessionCounts>,
     pub client: ClientCheck,
 }
 
@@ -158,6 +211,9 @@ pub struct RunFacts {
     pub wall_s: f64,
     pub client_cpu_s: f64,
     pub run_context: Value,
+    /// Workload facts for `limits` (how prompts were made, sessions cut short).
+    pub notes: Vec<String>,
+    pub sessions: Option<SessionCounts>,
 }
 
 /// Dispatch lag p99 above this, or client CPU above this many cores, means the client may
@@ -185,8 +241,8 @@ pub fn build(facts: RunFacts) -> BenchResult {
     // Open loop: the rate at which requests went out. Closed loop has no target rate, so
     // report what the workers sustained.
     let achieved_rate_rps = match facts.load.mode {
-        "rate" if sent_records.len() > 1 && dispatch_span_s > 0.0 => (sent_records.len() - 1) as f64 / dispatch_span_s,
-        "rate" => 0.0,
+        "rate" | "trace" if sent_records.len() > 1 && dispatch_span_s > 0.0 => (sent_records.len() - 1) as f64 / dispatch_span_s,
+        "rate" | "trace" => 0.0,
         _ => per_s(sent_records.len()),
     };
     let tokens: Option<u32> = done.iter().map(|r| r.tokens()).sum();
@@ -207,7 +263,13 @@ pub fn build(facts: RunFacts) -> BenchResult {
         e2e_from_schedule_ms: Distribution::of(done.iter().map(|r| r.e2e_ms + r.dispatch_lag_ms())),
         dispatch_lag_ms: lag,
     };
-    let limits = limits_text(records.len(), completed, failed, rejected, shed, tokens.is_some(), itl.is_empty(), saturated, lag_p99, cpu_cores_used, &facts.slos);
+    let mut limits = limits_text(records.len(), completed, failed, rejected, shed, tokens.is_some(), itl.is_empty(), saturated, lag_p99, cpu_cores_used, &facts.slos);
+    for note in &facts.notes {
+        limits.push(' ');
+        limits.push_str(note);
+    }
+    let token_summary = token_summary(&sent_records, &done);
+    let per_turn = facts.sessions.map(|_| per_turn(&done));
     BenchResult {
         execution_mode: "live HTTP requests".into(),
         offered_requests: records.len(),
@@ -232,8 +294,44 @@ pub fn build(facts: RunFacts) -> BenchResult {
         goodput_rps: per_s(meeting_all),
         slo_attainment_pct: if records.is_empty() { 0.0 } else { 100.0 * meeting_all as f64 / records.len() as f64 },
         latency,
+        tokens: token_summary,
+        per_turn,
+        sessions: facts.sessions,
         client: ClientCheck { cpu_s: facts.client_cpu_s, cpu_cores_used, dispatch_lag_p99_ms: lag_p99, saturated },
     }
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let (sum, n) = values.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    (n > 0).then(|| sum / n as f64)
+}
+
+fn token_summary(sent: &[&RequestRecord], done: &[&RequestRecord]) -> TokenSummary {
+    let reporting: Vec<(u32, u32)> = done.iter().filter_map(|r| Some((r.cached_tokens?, r.prompt_tokens?))).collect();
+    let prompt_sum: u64 = reporting.iter().map(|&(_, p)| u64::from(p)).sum();
+    let cached_sum: u64 = reporting.iter().map(|&(c, _)| u64::from(c)).sum();
+    TokenSummary {
+        mean_input_tokens: mean(sent.iter().filter_map(|r| r.prompt_tokens).map(f64::from)),
+        mean_output_tokens: mean(done.iter().filter_map(|r| r.tokens()).map(f64::from)),
+        prefix_cache_hit_pct: (prompt_sum > 0).then(|| 100.0 * cached_sum as f64 / prompt_sum as f64),
+        requests_reporting_cached_tokens: reporting.len(),
+    }
+}
+
+fn per_turn(done: &[&RequestRecord]) -> Vec<TurnSummary> {
+    let last = done.iter().filter_map(|r| r.turn).max().unwrap_or(0);
+    (1..=last)
+        .map(|turn| {
+            let at: Vec<&&RequestRecord> = done.iter().filter(|r| r.turn == Some(turn)).collect();
+            TurnSummary {
+                turn,
+                completed: at.len(),
+                ttft_ms: Distribution::of(at.iter().filter_map(|r| r.ttft_ms)),
+                mean_prompt_tokens: mean(at.iter().filter_map(|r| r.prompt_tokens).map(f64::from)),
+                mean_cached_tokens: mean(at.iter().filter_map(|r| r.cached_tokens).map(f64::from)),
+            }
+        })
+        .collect()
 }
 
 #[allow(clippy::too_many_arguments)]

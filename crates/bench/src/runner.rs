@@ -1,22 +1,25 @@
-//! Drives one load level: open-loop arrivals that never wait for earlier responses, or a
-//! fixed number of closed-loop workers.
+//! Drives one load level: open-loop arrivals that never wait for earlier responses (from
+//! an arrival process or a trace's own times), or a fixed number of closed-loop workers.
+//! Sessions are driven by `session`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::Value;
 use tokio::task::JoinSet;
 
 use crate::client::{ms, send, RequestRecord, Target};
-use crate::protocol::Protocol;
+use crate::protocol::{request_body, BodyOptions, Protocol, RequestSpec};
 use crate::schedule::{arrival_times, Arrival};
+use crate::workload::Workload;
 
 #[derive(Debug, Clone, Copy)]
 pub enum Load {
     Rate { rate: f64, arrival: Arrival, burstiness: f64 },
     Concurrency(usize),
+    /// At the workload's own recorded times (a trace).
+    Replay,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -29,8 +32,8 @@ pub struct LevelPlan {
     pub url: String,
     pub protocol: Protocol,
     pub api_key: Option<String>,
-    /// Request bodies, used in turn.
-    pub bodies: Vec<Value>,
+    pub workload: Arc<Workload>,
+    pub body: BodyOptions,
     pub load: Load,
     pub amount: Amount,
     pub max_inflight: Option<usize>,
@@ -43,34 +46,75 @@ pub struct LevelOutcome {
     pub records: Vec<RequestRecord>,
     pub wall_s: f64,
     pub client_cpu_s: f64,
+    /// Sessions cut short by a failed or rejected turn, and the turns never sent.
+    pub sessions_cut: usize,
+    pub turns_not_sent: usize,
+}
+
+impl LevelPlan {
+    /// The `i`-th independent request: cycled prompts, or the trace's `i`-th.
+    fn spec(&self, i: usize) -> &RequestSpec {
+        match &*self.workload {
+            Workload::Requests(specs) => &specs[i % specs.len()],
+            Workload::Trace(requests) => &requests[i].spec,
+            Workload::Sessions(_) => unreachable!("sessions are driven by session::run"),
+        }
+    }
+
+    /// Sends one request and labels its record.
+    pub async fn send(&self, client: &reqwest::Client, spec: &RequestSpec, index: usize, start: Instant, scheduled_ms: f64) -> RequestRecord {
+        let body = request_body(self.protocol, spec, &self.body);
+        let mut record = send(&target(client, self), &body, start, scheduled_ms).await;
+        record.index = index;
+        record.prompt_tokens = record.prompt_tokens.or(spec.prompt_tokens);
+        record
+    }
 }
 
 pub async fn run_level(client: &reqwest::Client, plan: Arc<LevelPlan>) -> LevelOutcome {
     let cpu_before = process_cpu_seconds();
     let start = Instant::now();
     let bar = progress_bar(&plan);
-    let records = match plan.load {
-        Load::Rate { rate, arrival, burstiness } => open_loop(client, &plan, rate, arrival, burstiness, start, &bar).await,
-        Load::Concurrency(workers) => closed_loop(client, &plan, workers.max(1), start, &bar).await,
+    let (mut sessions_cut, mut turns_not_sent) = (0, 0);
+    let records = if let Workload::Sessions(sessions) = &*plan.workload {
+        let outcome = crate::session::run(client, &plan, sessions, start, &bar).await;
+        (sessions_cut, turns_not_sent) = (outcome.sessions_cut, outcome.turns_not_sent);
+        outcome.records
+    } else {
+        match plan.load {
+            Load::Rate { rate, arrival, burstiness } => {
+                let (count, horizon) = match plan.amount {
+                    Amount::Requests(n) => (Some(n), None),
+                    Amount::Duration(d) => (None, Some(d.as_secs_f64())),
+                };
+                open_loop(client, &plan, arrival_times(arrival, rate, burstiness, plan.seed, count, horizon), start, &bar).await
+            }
+            Load::Replay => {
+                let times = match &*plan.workload {
+                    Workload::Trace(requests) => requests.iter().map(|r| r.at_s).collect(),
+                    _ => Vec::new(),
+                };
+                open_loop(client, &plan, times, start, &bar).await
+            }
+            Load::Concurrency(workers) => closed_loop(client, &plan, workers.max(1), start, &bar).await,
+        }
     };
     bar.finish_and_clear();
     LevelOutcome {
         records,
         wall_s: start.elapsed().as_secs_f64(),
         client_cpu_s: (process_cpu_seconds() - cpu_before).max(0.0),
+        sessions_cut,
+        turns_not_sent,
     }
 }
 
-fn target<'a>(client: &'a reqwest::Client, plan: &'a LevelPlan) -> Target<'a> {
+pub fn target<'a>(client: &'a reqwest::Client, plan: &'a LevelPlan) -> Target<'a> {
     Target { client, url: &plan.url, protocol: plan.protocol, api_key: plan.api_key.as_deref(), timeout: plan.timeout }
 }
 
-async fn open_loop(client: &reqwest::Client, plan: &Arc<LevelPlan>, rate: f64, arrival: Arrival, burstiness: f64, start: Instant, bar: &ProgressBar) -> Vec<RequestRecord> {
-    let (count, horizon) = match plan.amount {
-        Amount::Requests(n) => (Some(n), None),
-        Amount::Duration(d) => (None, Some(d.as_secs_f64())),
-    };
-    let times = arrival_times(arrival, rate, burstiness, plan.seed, count, horizon);
+/// Sends request `i` at `times[i]` seconds from `start`, never waiting for responses.
+async fn open_loop(client: &reqwest::Client, plan: &Arc<LevelPlan>, times: Vec<f64>, start: Instant, bar: &ProgressBar) -> Vec<RequestRecord> {
     bar.set_length(times.len() as u64);
     let in_flight = Arc::new(AtomicUsize::new(0));
     let mut tasks = JoinSet::new();
@@ -80,15 +124,16 @@ async fn open_loop(client: &reqwest::Client, plan: &Arc<LevelPlan>, rate: f64, a
         tokio::time::sleep_until(scheduled.into()).await;
         let scheduled_ms = t * 1000.0;
         if plan.max_inflight.is_some_and(|m| in_flight.load(Ordering::SeqCst) >= m) {
-            shed.push((i, RequestRecord::shed(scheduled_ms)));
+            let mut record = RequestRecord::shed(scheduled_ms);
+            record.index = i;
+            shed.push((i, record));
             bar.inc(1);
             continue;
         }
         in_flight.fetch_add(1, Ordering::SeqCst);
         let (client, plan, in_flight, bar) = (client.clone(), Arc::clone(plan), Arc::clone(&in_flight), bar.clone());
         tasks.spawn(async move {
-            let body = &plan.bodies[i % plan.bodies.len()];
-            let record = send(&target(&client, &plan), body, start, scheduled_ms).await;
+            let record = plan.send(&client, plan.spec(i), i, start, scheduled_ms).await;
             in_flight.fetch_sub(1, Ordering::SeqCst);
             bar.inc(1);
             (i, record)
@@ -124,8 +169,7 @@ async fn closed_loop(client: &reqwest::Client, plan: &Arc<LevelPlan>, workers: u
                 }
                 // Closed loop: a request is "scheduled" when its worker is free.
                 let scheduled_ms = ms(start.elapsed());
-                let body = &plan.bodies[i % plan.bodies.len()];
-                mine.push((i, send(&target(&client, &plan), body, start, scheduled_ms).await));
+                mine.push((i, plan.send(&client, plan.spec(i), i, start, scheduled_ms).await));
                 bar.inc(1);
             }
             mine

@@ -1,81 +1,16 @@
 //! The `rillm` binary end to end: serve, bench the prototype's way, drain on SIGTERM.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_rillm");
+mod support;
 
-/// One model process at a time: the tests share two cores.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn model() -> PathBuf {
-    match std::env::var_os("RILLM_MODEL") {
-        Some(p) => p.into(),
-        None => rillm_engine::fetch::ensure_default_model(|m| eprintln!("{m}")).expect("default model"),
-    }
-}
-
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    fn start(extra: &[&str]) -> Self {
-        let mut child = Command::new(BIN)
-            .args(["serve", "--port", "0", "--ctx-size", "512", "--max-running", "4", "--model"])
-            .arg(model())
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("rillm serve starts");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let port = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("bad line {line:?}"));
-        let server = Self { child, port };
-        server.wait_ready();
-        server
-    }
-
-    fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !http(self.port, "GET", "/ready", "").starts_with("HTTP/1.1 200") {
-            assert!(Instant::now() < deadline, "never ready");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A plain HTTP/1.1 exchange over loopback; returns the raw response.
-fn http(port: u16, method: &str, path: &str, body: &str) -> String {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return String::new() };
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let req = format!("{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
-    s.write_all(req.as_bytes()).unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
-}
+use support::{http, model, serial, Server, BIN};
 
 #[test]
 fn the_prototypes_bench_command_runs_against_rillm_serve_with_no_rejections() {
     let _g = serial();
-    let server = Server::start(&[]);
+    let server = Server::start(512, &[]);
     let out = std::env::temp_dir().join(format!("rillm-run-{}.json", std::process::id()));
     let url = format!("http://127.0.0.1:{}/generate", server.port);
     let status = Command::new(BIN)
@@ -105,7 +40,7 @@ fn the_prototypes_bench_command_runs_against_rillm_serve_with_no_rejections() {
 #[test]
 fn sigterm_lets_the_in_flight_stream_finish_then_exits_zero() {
     let _g = serial();
-    let mut server = Server::start(&["--shutdown-timeout", "30"]);
+    let mut server = Server::start(512, &["--shutdown-timeout", "30"]);
     let port = server.port;
     let stream = std::thread::spawn(move || {
         http(port, "POST", "/generate", r#"{"prompt": "Count to fifty:", "max_tokens": 80, "ignore_eos": true}"#)

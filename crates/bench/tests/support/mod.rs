@@ -64,3 +64,13 @@ pub async fn bench(args: &[&str]) -> Vec<BenchResult> {
 pub fn close(actual: f64, expected: f64, tolerance: f64, what: &str) {
     assert!((actual - expected).abs() <= tolerance, "{what}: {actual:.2} ms, expected {expected} ± {tolerance}");
 }
+
+/// The error `rillm bench` stops with for these arguments.
+pub async fn bench_err(args: &[&str]) -> String {
+    let argv = std::iter::once("bench").chain(args.iter().copied());
+    let cli = Cli::try_parse_from(argv).expect("valid arguments");
+    match rillm_bench::run(cli.args, args.join(" ")).await {
+        Ok(_) => panic!("expected {args:?} to be refused"),
+        Err(e) => e.to_string(),
+    }
+}

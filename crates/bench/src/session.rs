@@ -1,0 +1,121 @@
+//! Multi-turn sessions: each conversation sends its turns in order, after the previous reply
+//! and the turn's think time, with the server's live reply appended to the history. New
+//! sessions start at the load's arrivals (open loop over sessions) or whenever one of
+//! `--concurrency` session workers is free.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use indicatif::ProgressBar;
+use serde_json::json;
+use tokio::task::JoinSet;
+
+use crate::client::{ms, RequestRecord, Status};
+use crate::protocol::{PromptSpec, RequestSpec};
+use crate::runner::{Amount, LevelPlan, Load};
+use crate::schedule::arrival_times;
+use crate::workload::Session;
+
+pub struct SessionsOutcome {
+    pub records: Vec<RequestRecord>,
+    pub sessions_cut: usize,
+    pub turns_not_sent: usize,
+}
+
+/// One session's records, and how many of its turns were never sent.
+struct Played {
+    session: usize,
+    records: Vec<RequestRecord>,
+    not_sent: usize,
+}
+
+pub async fn run(client: &reqwest::Client, plan: &Arc<LevelPlan>, sessions: &[Session], start: Instant, bar: &ProgressBar) -> SessionsOutcome {
+    bar.set_length(sessions.iter().map(|s| s.turns.len() as u64).sum());
+    let sessions: Arc<Vec<Session>> = Arc::new(sessions.to_vec());
+    let played = match plan.load {
+        Load::Rate { rate, arrival, burstiness } => {
+            let horizon = match plan.amount {
+                Amount::Duration(d) => Some(d.as_secs_f64()),
+                Amount::Requests(_) => None,
+            };
+            let times = arrival_times(arrival, rate, burstiness, plan.seed, Some(sessions.len()), horizon);
+            let mut tasks = JoinSet::new();
+            for (i, t) in times.into_iter().enumerate() {
+                tokio::time::sleep_until((start + Duration::from_secs_f64(t)).into()).await;
+                let (client, plan, sessions, bar) = (client.clone(), Arc::clone(plan), Arc::clone(&sessions), bar.clone());
+                tasks.spawn(async move { play(&client, &plan, &sessions, i, start, &bar).await });
+            }
+            tasks.join_all().await
+        }
+        Load::Concurrency(workers) => closed_loop(client, plan, &sessions, workers.max(1), start, bar).await,
+        Load::Replay => closed_loop(client, plan, &sessions, 1, start, bar).await,
+    };
+    outcome(played)
+}
+
+/// `workers` sessions open at once; each worker starts the next session when its own ends.
+async fn closed_loop(client: &reqwest::Client, plan: &Arc<LevelPlan>, sessions: &Arc<Vec<Session>>, workers: usize, start: Instant, bar: &ProgressBar) -> Vec<Played> {
+    let deadline = match plan.amount {
+        Amount::Duration(d) => Some(start + d),
+        Amount::Requests(_) => None,
+    };
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut tasks = JoinSet::new();
+    for _ in 0..workers {
+        let (client, plan, sessions, bar, next) = (client.clone(), Arc::clone(plan), Arc::clone(sessions), bar.clone(), Arc::clone(&next));
+        tasks.spawn(async move {
+            let mut mine = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                if i >= sessions.len() || deadline.is_some_and(|d| Instant::now() >= d) {
+                    break;
+                }
+                mine.push(play(&client, &plan, &sessions, i, start, &bar).await);
+            }
+            mine
+        });
+    }
+    tasks.join_all().await.into_iter().flatten().collect()
+}
+
+/// Records in session order, turn by turn, indexed in that order.
+fn outcome(mut played: Vec<Played>) -> SessionsOutcome {
+    played.sort_by_key(|p| p.session);
+    let sessions_cut = played.iter().filter(|p| p.not_sent > 0).count();
+    let turns_not_sent = played.iter().map(|p| p.not_sent).sum();
+    let mut records: Vec<RequestRecord> = played.into_iter().flat_map(|p| p.records).collect();
+    for (i, r) in records.iter_mut().enumerate() {
+        r.index = i;
+    }
+    SessionsOutcome { records, sessions_cut, turns_not_sent }
+}
+
+async fn play(client: &reqwest::Client, plan: &LevelPlan, sessions: &[Session], i: usize, start: Instant, bar: &ProgressBar) -> Played {
+    let session = &sessions[i];
+    let mut history = Vec::new();
+    let mut records = Vec::with_capacity(session.turns.len());
+    for (t, turn) in session.turns.iter().enumerate() {
+        if turn.delay_ms > 0.0 {
+            tokio::time::sleep(Duration::from_secs_f64(turn.delay_ms / 1000.0)).await;
+        }
+        history.extend(turn.messages.iter().cloned());
+        let spec = RequestSpec::new(PromptSpec::Messages(history.clone()), turn.max_tokens);
+        // A turn is "scheduled" when its conversation is ready to send it.
+        let scheduled_ms = ms(start.elapsed());
+        let mut record = plan.send(client, &spec, 0, start, scheduled_ms).await;
+        record.session = Some(Arc::clone(&session.id));
+        record.turn = Some(t as u32 + 1);
+        bar.inc(1);
+        let completed = record.status == Status::Completed;
+        history.push(json!({"role": "assistant", "content": record.text}));
+        records.push(record);
+        if !completed {
+            // The conversation cannot go on without a reply; what it never sent is disclosed.
+            let not_sent = session.turns.len() - t - 1;
+            bar.inc(not_sent as u64);
+            return Played { session: i, records, not_sent };
+        }
+    }
+    Played { session: i, records, not_sent: 0 }
+}

@@ -1,0 +1,232 @@
+//! What a run sends, built once before it starts: prompts cycled at the load's arrivals, a
+//! trace replayed at its own times, or multi-turn sessions. Synthetic prompts are made and
+//! counted here, so the send path only serialises bodies.
+
+use std::sync::Arc;
+
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+
+use crate::args::BenchArgs;
+use crate::lengths::LengthDist;
+use crate::protocol::{PromptSpec, Protocol, RequestSpec};
+use crate::synth::{PromptLength, PromptPlan, PromptSynth};
+use crate::tokens::TokenCounter;
+use crate::trace::{self, TraceScaling};
+use crate::{dataset, BenchError};
+
+/// A request with its own arrival time (trace replay).
+#[derive(Debug, Clone)]
+pub struct TimedRequest {
+    pub at_s: f64,
+    pub spec: RequestSpec,
+}
+
+/// A conversation: each turn is sent after the previous reply, with that live reply in
+/// the history.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub id: Arc<str>,
+    pub turns: Vec<Turn>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Turn {
+    /// Appended to the history before the turn is sent (usually one user message).
+    pub messages: Vec<Value>,
+    pub max_tokens: u32,
+    /// Think time after the previous reply.
+    pub delay_ms: f64,
+}
+
+#[derive(Debug, Clone)]
+pub enum Workload {
+    /// Independent requests, used in turn at the load's arrivals.
+    Requests(Vec<RequestSpec>),
+    /// Requests at recorded times, open loop.
+    Trace(Vec<TimedRequest>),
+    Sessions(Vec<Session>),
+}
+
+/// The workload and what a reader of the result must know about it.
+pub struct Built {
+    pub workload: Workload,
+    /// For `run_context.workload`: source, hashes, every scale factor, how prompts were made.
+    pub description: Value,
+    /// For `limits`.
+    pub notes: Vec<String>,
+}
+
+/// Where the benchmark's token counts come from: `--tokenizer`, else the target's own
+/// `/tokenize`, else estimates.
+async fn counter(args: &BenchArgs, client: &reqwest::Client, base: &str) -> Result<TokenCounter, BenchError> {
+    match &args.tokenizer {
+        Some(path) => Ok(TokenCounter::from_file(path)?),
+        None => Ok(TokenCounter::probe(client, base, args.api_key.as_deref()).await),
+    }
+}
+
+pub async fn build(args: &BenchArgs, protocol: Protocol, client: &reqwest::Client, base: &str, pool_size: usize) -> Result<Built, BenchError> {
+    let chat = protocol == Protocol::Chat;
+    if let Some(path) = &args.trace {
+        let counter = counter(args, client, base).await?;
+        return trace_workload(args, path, chat, &counter).await;
+    }
+    if let Some(path) = &args.dataset {
+        if args.multi_turn || dataset::is_sessions_file(path)? {
+            let mut sessions = dataset::load_sessions(path, args.max_tokens)?;
+            if let Some(n) = args.sessions {
+                sessions.truncate(n);
+            }
+            let turns: usize = sessions.iter().map(|s| s.turns.len()).sum();
+            let description = json!({"kind": "sessions", "source": path.display().to_string(), "sha256": crate::sha256_file(path),
+                "sessions": sessions.len(), "turns": turns, "replies": "the server's live replies are the history"});
+            return Ok(Built { workload: Workload::Sessions(sessions), description, notes: Vec::new() });
+        }
+        let specs = dataset::load(path, args.max_tokens)?;
+        let description = json!({"kind": "dataset", "source": path.display().to_string(), "sha256": crate::sha256_file(path), "prompts": specs.len()});
+        return Ok(Built { workload: Workload::Requests(specs), description, notes: Vec::new() });
+    }
+    if let Some(n) = args.sessions {
+        let counter = counter(args, client, base).await?;
+        return synthetic_sessions(args, n, &counter).await;
+    }
+    if args.input_tokens.is_some() || args.shared_prefix_tokens.is_some() {
+        let counter = counter(args, client, base).await?;
+        return synthetic_requests(args, chat, &counter, pool_size).await;
+    }
+    let spec = RequestSpec::new(PromptSpec::Text(args.prompt.clone()), args.max_tokens);
+    Ok(Built { workload: Workload::Requests(vec![spec]), description: json!({"kind": "prompt", "prompts": 1}), notes: Vec::new() })
+}
+
+fn output_dist(args: &BenchArgs) -> LengthDist {
+    args.output_tokens.unwrap_or(LengthDist::fixed(args.max_tokens))
+}
+
+fn prompt_notes(counter: &TokenCounter, synth: &PromptSynth, made: usize, chat: bool) -> Vec<String> {
+    let mut notes = Vec::new();
+    if !counter.is_exact() {
+        notes.push(format!("Prompt lengths are approximate ({}).", counter.describe()));
+    } else if chat && !counter.counts_chat_template() {
+        notes.push("Prompt lengths count the message text; the server's chat template adds its own tokens.".into());
+    }
+    if synth.inexact > 0 {
+        notes.push(format!("{} of {made} synthetic prompts could not be made exactly their target length (a target below the template's own tokens, or words the tokenizer merges).", synth.inexact));
+    }
+    notes
+}
+
+async fn trace_workload(args: &BenchArgs, path: &std::path::Path, chat: bool, counter: &TokenCounter) -> Result<Built, BenchError> {
+    let scaling = TraceScaling {
+        time_scale: args.time_scale,
+        input_scale: args.input_scale,
+        output_scale: args.output_scale,
+        max_input_tokens: args.max_input_tokens,
+        max_output_tokens: args.max_output_tokens,
+        offset: args.trace_offset,
+    };
+    let limit = if args.duration.is_some() { None } else { Some(args.requests.unwrap_or(crate::DEFAULT_REQUESTS)) };
+    let (format, records) = trace::load(path, args.trace_format, &scaling, limit, args.duration)?;
+    let mut synth = PromptSynth::new(counter, args.seed).await?;
+    let block = args.trace_block_tokens.max(1);
+    let mut requests = Vec::with_capacity(records.len());
+    for (i, r) in records.iter().enumerate() {
+        // Hash ids name whole blocks; the last block of a prompt may be partial.
+        let mut blocks = Vec::new();
+        let mut left = r.input_tokens;
+        for &id in &r.hash_ids {
+            let n = left.min(block);
+            if n == 0 {
+                break;
+            }
+            blocks.push((id, n));
+            left -= n;
+        }
+        let plan = PromptPlan { blocks, own_seed: i as u64, length: PromptLength::Total(r.input_tokens), system: None };
+        let (prompt, counted) = synth.prompt(&plan, chat).await?;
+        requests.push(TimedRequest { at_s: r.at_s, spec: RequestSpec { prompt, max_tokens: r.output_tokens, prompt_tokens: counted } });
+    }
+    let notes = prompt_notes(counter, &synth, requests.len(), chat);
+    let description = json!({
+        "kind": "trace",
+        "source": path.display().to_string(),
+        "sha256": crate::sha256_file(path),
+        "format": format,
+        "scaling": scaling,
+        "block_tokens": block,
+        "requests": requests.len(),
+        "span_s": requests.last().map_or(0.0, |r| r.at_s),
+        "prompts": counter.describe(),
+        "max_tokens": "the trace's output length (ignore_eos asks the server to reach it)",
+    });
+    Ok(Built { workload: Workload::Trace(requests), description, notes })
+}
+
+async fn synthetic_requests(args: &BenchArgs, chat: bool, counter: &TokenCounter, pool_size: usize) -> Result<Built, BenchError> {
+    let input = args.input_tokens.unwrap_or(LengthDist::fixed(64));
+    let output = output_dist(args);
+    let groups = args.prefix_groups.max(1);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed ^ 0x1e9);
+    let mut synth = PromptSynth::new(counter, args.seed).await?;
+    let mut specs = Vec::with_capacity(pool_size);
+    for i in 0..pool_size {
+        let question = input.sample(&mut rng);
+        let system = args.shared_prefix_tokens.map(|n| (u64::from(rng.gen_range(0..groups)), n));
+        let length = PromptLength::Content(question + system.map_or(0, |s| s.1));
+        let plan = PromptPlan { blocks: Vec::new(), own_seed: i as u64, length, system };
+        let (prompt, counted) = synth.prompt(&plan, chat).await?;
+        specs.push(RequestSpec { prompt, max_tokens: output.sample(&mut rng), prompt_tokens: counted });
+    }
+    let notes = prompt_notes(counter, &synth, specs.len(), chat);
+    let description = json!({
+        "kind": "synthetic",
+        "input_tokens": input,
+        "output_tokens": output,
+        "shared_prefix_tokens": args.shared_prefix_tokens,
+        "prefix_groups": args.shared_prefix_tokens.map(|_| groups),
+        "prompts": counter.describe(),
+        "distinct_prompts": specs.len(),
+    });
+    Ok(Built { workload: Workload::Requests(specs), description, notes })
+}
+
+async fn synthetic_sessions(args: &BenchArgs, count: usize, counter: &TokenCounter) -> Result<Built, BenchError> {
+    let input = args.input_tokens.unwrap_or(LengthDist::fixed(64));
+    let opening = args.opening_tokens.unwrap_or(input);
+    let output = output_dist(args);
+    let turns = args.turns.max(1);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed ^ 0x5e55);
+    let mut synth = PromptSynth::new(counter, args.seed).await?;
+    let mut sessions = Vec::with_capacity(count);
+    let mut made = 0;
+    for s in 0..count {
+        let mut session_turns = Vec::with_capacity(turns as usize);
+        for t in 0..turns {
+            let n = if t == 0 { opening.sample(&mut rng) } else { input.sample(&mut rng) };
+            let plan = PromptPlan { blocks: Vec::new(), own_seed: ((s as u64) << 16) | u64::from(t), length: PromptLength::Content(n), system: None };
+            // Each turn's text is fitted on its own; the history around it is the server's.
+            let (prompt, _) = synth.prompt(&plan, false).await?;
+            made += 1;
+            session_turns.push(Turn {
+                messages: vec![json!({"role": "user", "content": prompt.as_text()})],
+                max_tokens: output.sample(&mut rng),
+                delay_ms: if t == 0 { 0.0 } else { args.think_ms },
+            });
+        }
+        sessions.push(Session { id: format!("s{s}").into(), turns: session_turns });
+    }
+    let notes = prompt_notes(counter, &synth, made, false);
+    let description = json!({
+        "kind": "sessions",
+        "source": "synthetic",
+        "sessions": count,
+        "turns_per_session": turns,
+        "think_ms": args.think_ms,
+        "opening_tokens": opening,
+        "input_tokens": input,
+        "output_tokens": output,
+        "prompts": counter.describe(),
+        "replies": "the server's live replies are the history",
+    });
+    Ok(Built { workload: Workload::Sessions(sessions), description, notes })
+}
