@@ -20,7 +20,7 @@ struct Cli {
 }
 
 fn main() {
-    let config = MockConfig { ttft: Duration::from_millis(50), itl: Duration::from_millis(10), tokens: 100, capacity: 100_000 };
+    let config = MockConfig::new(Duration::from_millis(50), Duration::from_millis(10), 100, 100_000);
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();

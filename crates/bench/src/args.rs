@@ -15,9 +15,14 @@ pub struct BenchArgs {
     /// Endpoint to load, e.g. http://127.0.0.1:8767/generate or .../v1/chat/completions.
     #[arg(long)]
     pub url: String,
-    /// Wire protocol; `auto` picks it from the URL's path.
+    /// Wire protocol; `auto` picks it from the URL's path and says what it picked
+    /// (`/generate` is rillm's: SGLang's native /generate needs `sglang`).
     #[arg(long, value_enum, default_value_t = ProtocolArg::Auto)]
     pub protocol: ProtocolArg,
+    /// JSON object merged into every request body, e.g.
+    /// '{"chat_template_kwargs": {"enable_thinking": false}}'.
+    #[arg(long, value_parser = parse_json_object)]
+    pub extra_body: Option<serde_json::Value>,
     /// Requests per load level, or the first N records of a --trace (default 20 when
     /// --duration is not given). Sessions count with --sessions instead.
     #[arg(long)]
@@ -149,23 +154,50 @@ pub struct BenchArgs {
     pub report: Option<PathBuf>,
 }
 
+fn parse_json_object(s: &str) -> Result<serde_json::Value, String> {
+    match serde_json::from_str(s) {
+        Ok(v @ serde_json::Value::Object(_)) => Ok(v),
+        Ok(_) => Err("expected a JSON object".into()),
+        Err(e) => Err(format!("not JSON: {e}")),
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ProtocolArg {
+    /// From the URL path: /v1/chat/completions, /v1/completions, /generate (rillm),
+    /// /generate_stream (TGI), /v2/models/M/generate_stream (Triton), /completion (llama.cpp).
     Auto,
+    /// rillm's `/generate`.
     Generate,
+    /// OpenAI completions (vLLM, SGLang, TensorRT-LLM, TGI, llama.cpp, rillm).
     Completions,
+    /// OpenAI chat completions, reasoning deltas included.
     Chat,
+    /// SGLang's native `/generate`.
+    Sglang,
+    /// TGI's `/generate_stream`.
+    Tgi,
+    /// Triton / TensorRT-LLM `/v2/models/{model}/generate_stream`.
+    Triton,
+    /// llama.cpp's native `/completion`.
+    Llamacpp,
 }
 
 impl ProtocolArg {
     pub fn resolve(self, url: &str) -> Result<Protocol, String> {
-        match self {
-            Self::Generate => Ok(Protocol::Generate),
-            Self::Completions => Ok(Protocol::Completions),
-            Self::Chat => Ok(Protocol::Chat),
-            Self::Auto => Protocol::from_url(url).ok_or_else(|| {
-                format!("cannot tell the protocol from {url}; pass --protocol generate|completions|chat")
-            }),
-        }
+        Ok(match self {
+            Self::Generate => Protocol::Generate,
+            Self::Completions => Protocol::Completions,
+            Self::Chat => Protocol::Chat,
+            Self::Sglang => Protocol::Sglang,
+            Self::Tgi => Protocol::Tgi,
+            Self::Triton => Protocol::Triton,
+            Self::Llamacpp => Protocol::Llamacpp,
+            Self::Auto => {
+                return Protocol::from_url(url).ok_or_else(|| {
+                    format!("cannot tell the protocol from {url}; pass --protocol generate|completions|chat|sglang|tgi|triton|llamacpp")
+                })
+            }
+        })
     }
 }

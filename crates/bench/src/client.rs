@@ -6,7 +6,7 @@ use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::Value;
 
-use crate::protocol::{decode, Decoded, Protocol, UsageInfo};
+use crate::protocol::{Protocol, StreamDecoder, UsageInfo};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -41,8 +41,12 @@ pub struct RequestRecord {
     pub scheduled_ms: f64,
     /// When it actually went out; `sent_ms - scheduled_ms` is the client's dispatch lag.
     pub sent_ms: f64,
-    /// From the actual send to the first content event.
+    /// From the actual send to the first content event (reasoning or answer).
     pub ttft_ms: Option<f64>,
+    /// From the actual send to the first answer text (later than TTFT for reasoning models).
+    pub ttfat_ms: Option<f64>,
+    /// Characters of reasoning text streamed (reasoning models).
+    pub reasoning_chars: usize,
     pub event_gaps_ms: Vec<f64>,
     /// Tokens carried by each content event, where the protocol says.
     pub event_tokens: Vec<Option<u32>>,
@@ -52,6 +56,8 @@ pub struct RequestRecord {
     pub content_events: usize,
     /// As reported by the server (usage); `None` when it reported none.
     pub completion_tokens: Option<u32>,
+    /// `completion_tokens` was counted by the benchmark (`--tokenizer`), not reported.
+    pub tokens_estimated: bool,
 }
 
 impl RequestRecord {
@@ -73,12 +79,15 @@ impl RequestRecord {
             scheduled_ms,
             sent_ms: scheduled_ms,
             ttft_ms: None,
+            ttfat_ms: None,
+            reasoning_chars: 0,
             event_gaps_ms: Vec::new(),
             event_tokens: Vec::new(),
             e2e_ms: 0.0,
             text: String::new(),
             content_events: 0,
             completion_tokens: None,
+            tokens_estimated: false,
         }
     }
 
@@ -179,8 +188,9 @@ async fn exchange(target: &Target<'_>, body: &Value, sent: Instant, record: &mut
     }
 
     let mut events = response.bytes_stream().eventsource();
+    let mut decoder = StreamDecoder::new(target.protocol);
     let mut last_content: Option<Instant> = None;
-    let mut explicit_end = false;
+    let (mut finished, mut end) = (false, false);
     while let Some(event) = events.next().await {
         let now = Instant::now();
         let event = match event {
@@ -190,41 +200,41 @@ async fn exchange(target: &Target<'_>, body: &Value, sent: Instant, record: &mut
                 return;
             }
         };
-        let (text, tokens, usage) = match decode(target.protocol, &event.event, &event.data) {
-            Decoded::Content { text, tokens } => (Some(text), tokens, None),
-            Decoded::ContentAndUsage { text, usage } => (Some(text), None, Some(usage)),
-            Decoded::Usage(usage) => (None, None, Some(usage)),
-            Decoded::Error(message) => {
-                record.error = Some(format!("error in stream: {message}"));
-                return;
-            }
-            Decoded::Done => {
-                explicit_end = true;
-                break;
-            }
-            Decoded::Nothing => (None, None, None),
-        };
-        if let Some(text) = text {
+        let chunk = decoder.decode(&event.event, &event.data);
+        if let Some(message) = chunk.error {
+            record.error = Some(format!("error in stream: {message}"));
+            return;
+        }
+        if chunk.is_content() {
             match last_content {
                 None => record.ttft_ms = Some(ms(now - sent)),
                 Some(last) => record.event_gaps_ms.push(ms(now - last)),
             }
+            if !chunk.text.is_empty() && record.ttfat_ms.is_none() {
+                record.ttfat_ms = Some(ms(now - sent));
+            }
             last_content = Some(now);
             record.content_events += 1;
-            record.event_tokens.push(tokens);
-            record.text.push_str(&text);
+            record.event_tokens.push(chunk.tokens);
+            record.text.push_str(&chunk.text);
+            record.reasoning_chars += chunk.reasoning.chars().count();
         }
-        if let Some(usage) = usage {
+        if let Some(usage) = chunk.usage {
             record.take_usage(usage);
-            // rillm's `event: done` carries usage and is the last event.
-            if target.protocol == Protocol::Generate && event.event == "done" {
-                explicit_end = true;
-                break;
-            }
+        }
+        finished |= chunk.finished;
+        if chunk.end {
+            end = true;
+            break;
         }
     }
     if record.content_events == 0 {
-        record.error = Some(if explicit_end { "stream ended with no content" } else { "stream closed with no content" }.into());
+        record.error = Some(if end || finished { "stream ended with no content" } else { "stream closed with no content" }.into());
+        return;
+    }
+    if !(end || finished) && target.protocol.has_end_marker() {
+        // A cut-off stream looks like a short answer; only the end marker tells them apart.
+        record.error = Some("truncated: the stream closed without its end marker".into());
         return;
     }
     record.status = Status::Completed;

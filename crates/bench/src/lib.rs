@@ -74,7 +74,11 @@ impl BenchOutput {
 
 pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, BenchError> {
     let protocol = args.protocol.resolve(&args.url).map_err(BenchError::Args)?;
+    if args.protocol == args::ProtocolArg::Auto {
+        eprintln!("rillm bench: protocol {protocol:?} (picked from the URL path; --protocol overrides)");
+    }
     check_workload_args(&args)?;
+    let output_counter = args.tokenizer.as_deref().map(tokens::TokenCounter::from_file).transpose()?;
     let client = reqwest::Client::builder()
         .tcp_nodelay(true)
         .pool_max_idle_per_host(usize::MAX)
@@ -94,7 +98,7 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     }
     // A trace's output lengths are targets: ask the server to reach them.
     let ignore_eos = args.ignore_eos || matches!(built.workload, Workload::Trace(_));
-    let body = BodyOptions { model: model.clone(), ignore_eos, temperature: args.temperature };
+    let body = BodyOptions { model: model.clone(), ignore_eos, temperature: args.temperature, extra: args.extra_body.clone() };
     let loads = levels(&args, &built.workload)?;
     let timeout = Duration::from_secs_f64(args.timeout.max(0.001));
     let slos = Slos { ttft_ms: args.ttft_slo_ms, tpot_ms: args.tpot_slo_ms, e2e_ms: args.e2e_slo_ms };
@@ -119,7 +123,10 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
             url: args.url.clone(), protocol, api_key: args.api_key.clone(), workload: Arc::clone(&workload), body: body.clone(),
             load, amount, max_inflight: args.max_inflight, timeout, seed: args.seed, progress,
         });
-        let outcome = runner::run_level(&client, plan).await;
+        let mut outcome = runner::run_level(&client, plan).await;
+        if let Some(counter) = &output_counter {
+            estimate_output_tokens(counter, &mut outcome.records);
+        }
         let mut notes = built.notes.clone();
         if outcome.sessions_cut > 0 {
             notes.push(format!(
@@ -152,6 +159,16 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
         std::fs::write(path, report::html(&output.levels)).map_err(|source| BenchError::Write { path: path.display().to_string(), source })?;
     }
     Ok(output)
+}
+
+/// Counts the output of completed requests whose server reported no token count.
+fn estimate_output_tokens(counter: &tokens::TokenCounter, records: &mut [client::RequestRecord]) {
+    for r in records.iter_mut().filter(|r| r.status == client::Status::Completed && r.tokens().is_none()) {
+        if let Some(n) = counter.count_output(&r.text) {
+            r.completion_tokens = Some(n);
+            r.tokens_estimated = true;
+        }
+    }
 }
 
 fn check_workload_args(args: &BenchArgs) -> Result<(), BenchError> {

@@ -80,6 +80,9 @@ pub fn summary(levels: &[BenchResult]) -> String {
         let l = &r.latency;
         dist_row(&mut out, "TTFT", &l.ttft_ms);
         dist_row(&mut out, "TTFT from schedule", &l.ttft_from_schedule_ms);
+        if l.time_to_first_answer_ms.is_some() {
+            dist_row(&mut out, "to first answer token", &l.time_to_first_answer_ms);
+        }
         dist_row(&mut out, "TPOT", &l.tpot_ms);
         dist_row(&mut out, "ITL (token)", &l.itl_ms);
         dist_row(&mut out, "event gap", &l.event_gap_ms);

@@ -15,27 +15,35 @@ pub struct Slos {
 }
 
 impl Slos {
-    fn ttft_met(&self, r: &RequestRecord) -> bool {
-        r.status == Status::Completed && r.ttft_ms.is_some_and(|t| t <= self.ttft_ms)
+    /// `from_schedule`: open loop counts TTFT from the scheduled send, so time the request
+    /// spent waiting in the client cannot flatter the server.
+    fn ttft_met(&self, r: &RequestRecord, from_schedule: bool) -> bool {
+        let lag = if from_schedule { r.dispatch_lag_ms() } else { 0.0 };
+        r.status == Status::Completed && r.ttft_ms.is_some_and(|t| t + lag <= self.ttft_ms)
     }
 
     /// Every SLO given is met. A TPOT SLO with no token count is not met.
-    fn all_met(&self, r: &RequestRecord) -> bool {
-        self.ttft_met(r)
+    fn all_met(&self, r: &RequestRecord, from_schedule: bool) -> bool {
+        let lag = if from_schedule { r.dispatch_lag_ms() } else { 0.0 };
+        self.ttft_met(r, from_schedule)
             && self.tpot_ms.is_none_or(|slo| r.tpot_ms().is_some_and(|t| t <= slo))
-            && self.e2e_ms.is_none_or(|slo| r.e2e_ms <= slo)
+            && self.e2e_ms.is_none_or(|slo| r.e2e_ms + lag <= slo)
     }
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct LoadDescription {
-    /// "rate" or "concurrency".
+    /// "rate", "concurrency" or "trace".
     pub mode: &'static str,
     pub requested_rate_rps: Option<f64>,
     pub arrival: Option<crate::schedule::Arrival>,
     pub burstiness: Option<f64>,
     pub concurrency: Option<usize>,
     pub max_inflight: Option<usize>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// One request as written to the file. Field names follow the prototype.
@@ -57,6 +65,11 @@ pub struct RequestJson {
     pub ttft_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ttft_from_schedule_ms: Option<f64>,
+    /// Time to the first answer text, where reasoning came first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_to_first_answer_ms: Option<f64>,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub reasoning_chars: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event_gaps_ms: Option<Vec<f64>>,
     pub e2e_ms: f64,
@@ -67,6 +80,9 @@ pub struct RequestJson {
     pub content_events: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub completion_tokens: Option<u32>,
+    /// The server gave no count: `completion_tokens` was counted with `--tokenizer`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub completion_tokens_estimated: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt_tokens: Option<u32>,
     /// Prompt tokens the server reported reusing from its cache.
@@ -94,12 +110,15 @@ impl RequestJson {
             retry_after_s: r.retry_after_s,
             ttft_ms: r.ttft_ms.map(r3),
             ttft_from_schedule_ms: r.ttft_ms.map(|t| r3(t + r.dispatch_lag_ms())),
+            time_to_first_answer_ms: (r.reasoning_chars > 0).then_some(r.ttfat_ms.map(r3)).flatten(),
+            reasoning_chars: r.reasoning_chars,
             event_gaps_ms: streamed.then(|| r.event_gaps_ms.iter().copied().map(r3).collect()),
             e2e_ms: r3(r.e2e_ms),
             e2e_from_schedule_ms: r3(if sent { r.e2e_ms + r.dispatch_lag_ms() } else { 0.0 }),
             text: streamed.then(|| r.text.clone()),
             content_events: streamed.then_some(r.content_events),
             completion_tokens: r.tokens(),
+            completion_tokens_estimated: r.tokens_estimated,
             prompt_tokens: r.prompt_tokens,
             cached_tokens: r.cached_tokens,
             tpot_ms: r.tpot_ms().map(r3),
@@ -112,8 +131,12 @@ impl RequestJson {
 
 #[derive(Debug, Serialize)]
 pub struct Latencies {
+    /// To the first content event, reasoning included.
     pub ttft_ms: Option<Distribution>,
     pub ttft_from_schedule_ms: Option<Distribution>,
+    /// Reasoning models: to the first answer text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_to_first_answer_ms: Option<Distribution>,
     pub tpot_ms: Option<Distribution>,
     /// Token-level inter-token latency, only from requests where tokens are known per event.
     pub itl_ms: Option<Distribution>,
@@ -161,6 +184,11 @@ pub struct TokenSummary {
     /// server reported `cached_tokens`.
     pub prefix_cache_hit_pct: Option<f64>,
     pub requests_reporting_cached_tokens: usize,
+    /// Completed requests with no output token count (neither usage nor `--tokenizer`):
+    /// output tokens/s leaves them out.
+    pub requests_without_token_count: usize,
+    /// Completed requests whose output count is the benchmark's estimate (`--tokenizer`).
+    pub requests_with_estimated_tokens: usize,
 }
 
 #[derive(Debug, Serialize)]
@@ -187,8 +215,11 @@ pub struct BenchResult {
     pub throughput_rps: f64,
     pub output_tokens_per_s: Option<f64>,
     pub slos: Slos,
-    /// Completed requests per second meeting every SLO given.
+    /// Completed requests per second meeting every SLO given; open loop counts TTFT and
+    /// e2e from the scheduled send.
     pub goodput_rps: f64,
+    /// The same from the actual send (differs when the client lagged its schedule).
+    pub goodput_from_send_rps: f64,
     /// Share of offered requests meeting every SLO given, in percent.
     pub slo_attainment_pct: f64,
     pub latency: Latencies,
@@ -245,17 +276,22 @@ pub fn build(facts: RunFacts) -> BenchResult {
         "rate" | "trace" => 0.0,
         _ => per_s(sent_records.len()),
     };
-    let tokens: Option<u32> = done.iter().map(|r| r.tokens()).sum();
+    let known_tokens: Vec<u32> = done.iter().filter_map(|r| r.tokens()).collect();
+    let tokens: Option<u64> = (!known_tokens.is_empty()).then(|| known_tokens.iter().map(|&t| u64::from(t)).sum());
+    let open_loop = facts.load.mode != "concurrency";
     let lag = Distribution::of(sent_records.iter().map(|r| r.dispatch_lag_ms()));
     let lag_p99 = lag.map_or(0.0, |d| d.p99);
     let cpu_cores_used = if facts.wall_s > 0.0 { facts.client_cpu_s / facts.wall_s } else { 0.0 };
     let saturated = lag_p99 > LAG_LIMIT_MS || cpu_cores_used > CPU_LIMIT_CORES;
     let itl: Vec<f64> = done.iter().filter_map(|r| r.token_gaps_ms()).flatten().collect();
-    let meeting_all = done.iter().filter(|r| facts.slos.all_met(r)).count();
+    let meeting_all = done.iter().filter(|r| facts.slos.all_met(r, open_loop)).count();
+    let meeting_all_from_send = done.iter().filter(|r| facts.slos.all_met(r, false)).count();
+    let reasoning = done.iter().any(|r| r.reasoning_chars > 0);
 
     let latency = Latencies {
         ttft_ms: Distribution::of(done.iter().filter_map(|r| r.ttft_ms)),
         ttft_from_schedule_ms: Distribution::of(done.iter().filter_map(|r| r.ttft_ms.map(|t| t + r.dispatch_lag_ms()))),
+        time_to_first_answer_ms: if reasoning { Distribution::of(done.iter().filter_map(|r| r.ttfat_ms)) } else { None },
         tpot_ms: Distribution::of(done.iter().filter_map(|r| r.tpot_ms())),
         itl_ms: Distribution::of(itl.iter().copied()),
         event_gap_ms: Distribution::of(done.iter().flat_map(|r| r.event_gaps_ms.iter().copied())),
@@ -263,12 +299,16 @@ pub fn build(facts: RunFacts) -> BenchResult {
         e2e_from_schedule_ms: Distribution::of(done.iter().map(|r| r.e2e_ms + r.dispatch_lag_ms())),
         dispatch_lag_ms: lag,
     };
-    let mut limits = limits_text(records.len(), completed, failed, rejected, shed, tokens.is_some(), itl.is_empty(), saturated, lag_p99, cpu_cores_used, &facts.slos);
+    let token_summary = token_summary(&sent_records, &done);
+    let mut limits = limits_text(&LimitFacts {
+        offered: records.len(), completed, failed, rejected, shed, protocol: facts.protocol, have_tokens: tokens.is_some(),
+        no_itl: itl.is_empty(), saturated, lag_p99, cpu: cpu_cores_used, slos: &facts.slos, open_loop, reasoning,
+        without_tokens: token_summary.requests_without_token_count, estimated_tokens: token_summary.requests_with_estimated_tokens,
+    });
     for note in &facts.notes {
         limits.push(' ');
         limits.push_str(note);
     }
-    let token_summary = token_summary(&sent_records, &done);
     let per_turn = facts.sessions.map(|_| per_turn(&done));
     BenchResult {
         execution_mode: "live HTTP requests".into(),
@@ -276,7 +316,7 @@ pub fn build(facts: RunFacts) -> BenchResult {
         client_shed_requests: shed,
         duration_s: (duration_s * 1000.0).round() / 1000.0,
         ttft_slo_ms: facts.slos.ttft_ms,
-        ttft_goodput_rps: per_s(done.iter().filter(|r| facts.slos.ttft_met(r)).count()),
+        ttft_goodput_rps: per_s(done.iter().filter(|r| facts.slos.ttft_met(r, open_loop)).count()),
         requests: records.iter().map(RequestJson::from).collect(),
         limits,
         run_context: facts.run_context,
@@ -289,9 +329,10 @@ pub fn build(facts: RunFacts) -> BenchResult {
         rejected_429: rejected,
         achieved_rate_rps,
         throughput_rps: per_s(completed),
-        output_tokens_per_s: tokens.map(|t| if duration_s > 0.0 { f64::from(t) / duration_s } else { 0.0 }),
+        output_tokens_per_s: tokens.map(|t| if duration_s > 0.0 { t as f64 / duration_s } else { 0.0 }),
         slos: facts.slos,
         goodput_rps: per_s(meeting_all),
+        goodput_from_send_rps: per_s(meeting_all_from_send),
         slo_attainment_pct: if records.is_empty() { 0.0 } else { 100.0 * meeting_all as f64 / records.len() as f64 },
         latency,
         tokens: token_summary,
@@ -315,6 +356,8 @@ fn token_summary(sent: &[&RequestRecord], done: &[&RequestRecord]) -> TokenSumma
         mean_output_tokens: mean(done.iter().filter_map(|r| r.tokens()).map(f64::from)),
         prefix_cache_hit_pct: (prompt_sum > 0).then(|| 100.0 * cached_sum as f64 / prompt_sum as f64),
         requests_reporting_cached_tokens: reporting.len(),
+        requests_without_token_count: done.iter().filter(|r| r.tokens().is_none()).count(),
+        requests_with_estimated_tokens: done.iter().filter(|r| r.tokens_estimated).count(),
     }
 }
 
@@ -334,30 +377,65 @@ fn per_turn(done: &[&RequestRecord]) -> Vec<TurnSummary> {
         .collect()
 }
 
-#[allow(clippy::too_many_arguments)]
-fn limits_text(
-    offered: usize, completed: usize, failed: usize, rejected: usize, shed: usize, have_tokens: bool,
-    no_itl: bool, saturated: bool, lag_p99: f64, cpu: f64, slos: &Slos,
-) -> String {
+/// What the `limits` text is written from.
+struct LimitFacts<'a> {
+    offered: usize,
+    completed: usize,
+    failed: usize,
+    rejected: usize,
+    shed: usize,
+    protocol: crate::protocol::Protocol,
+    have_tokens: bool,
+    no_itl: bool,
+    saturated: bool,
+    lag_p99: f64,
+    cpu: f64,
+    slos: &'a Slos,
+    open_loop: bool,
+    reasoning: bool,
+    without_tokens: usize,
+    estimated_tokens: usize,
+}
+
+fn limits_text(f: &LimitFacts) -> String {
+    let slos = f.slos;
     let mut notes = vec![format!(
-        "Goodput counts completed requests meeting every SLO given (TTFT ≤ {} ms{}{}); ttft_goodput_rps uses TTFT alone.",
+        "Protocol {:?}. Goodput counts completed requests meeting every SLO given (TTFT ≤ {} ms{}{}){}; ttft_goodput_rps uses TTFT alone.",
+        f.protocol,
         slos.ttft_ms,
         slos.tpot_ms.map_or(String::new(), |t| format!(", TPOT ≤ {t} ms")),
         slos.e2e_ms.map_or(String::new(), |t| format!(", e2e ≤ {t} ms")),
+        if f.open_loop { ", timed from each request's scheduled send (goodput_from_send_rps: from the actual send)" } else { "" },
     )];
     notes.push("SSE events are not necessarily model tokens: event_gaps_ms are gaps between content events.".into());
-    if !have_tokens {
-        notes.push("The server reported no token usage: TPOT and output tokens/s are not given.".into());
-    } else if no_itl {
+    if !f.have_tokens {
+        notes.push("The server reported no token usage: TPOT and output tokens/s are not given (--tokenizer counts them).".into());
+    } else if f.no_itl {
         notes.push("Tokens per event are unknown, so token-level ITL is not given; see TPOT and event gaps.".into());
     }
-    if completed < 30 {
-        notes.push(format!("Only {completed} completed requests: p99 is close to the maximum, not a tail estimate."));
+    if f.have_tokens && f.without_tokens > 0 {
+        notes.push(format!("{} completed requests had no token count: output tokens/s counts only the others, an undercount.", f.without_tokens));
     }
-    notes.push(format!("Of {offered} offered: {completed} completed, {failed} failed, {rejected} rejected with 429, {shed} shed by the client."));
-    if saturated {
+    if f.estimated_tokens > 0 {
+        notes.push(format!("{} requests' output token counts are estimates: counted from their text with --tokenizer.", f.estimated_tokens));
+    }
+    if f.reasoning {
+        notes.push("Reasoning text counts as output for TTFT, gaps and events; time_to_first_answer_ms is to the first answer text.".into());
+    }
+    if !f.protocol.has_end_marker() {
+        notes.push("This protocol has no end-of-stream marker: a stream cut off early cannot be told from a short answer.".into());
+    }
+    if f.completed < 30 {
+        notes.push(format!("Only {} completed requests: p99 is close to the maximum, not a tail estimate.", f.completed));
+    }
+    notes.push(format!(
+        "Of {} offered: {} completed, {} failed, {} rejected with 429, {} shed by the client.",
+        f.offered, f.completed, f.failed, f.rejected, f.shed
+    ));
+    if f.saturated {
         notes.push(format!(
-            "Client-side delay seen (dispatch lag p99 {lag_p99:.1} ms, client CPU {cpu:.2} cores): figures from the actual send exclude it, the *_from_schedule figures include it; on a machine shared with the server this is often CPU contention rather than a busy client."
+            "Client-side delay seen (dispatch lag p99 {:.1} ms, client CPU {:.2} cores): figures from the actual send exclude it, the *_from_schedule figures include it; on a machine shared with the server this is often CPU contention rather than a busy client.",
+            f.lag_p99, f.cpu
         ));
     }
     notes.join(" ")

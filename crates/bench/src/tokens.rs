@@ -78,6 +78,15 @@ impl TokenCounter {
         }
     }
 
+    /// Tokens of generated text (no BOS), for servers that report no usage. Only a local
+    /// tokenizer counts these: asking the target would add load to the measured server.
+    pub fn count_output(&self, text: &str) -> Option<u32> {
+        match self {
+            Self::Local { tokenizer, .. } => tokenizer.encode(text, false).ok().map(|e| e.len() as u32),
+            _ => None,
+        }
+    }
+
     /// Whether counts of chat prompts include the chat template's own tokens.
     pub fn counts_chat_template(&self) -> bool {
         matches!(self, Self::Remote(_))

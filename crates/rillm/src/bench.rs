@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use rillm_bench::mock::MockConfig;
+use rillm_bench::mock::{Fault, Framing, MockConfig};
 use rillm_bench::BenchArgs;
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -37,14 +37,27 @@ pub struct MockArgs {
     /// Concurrent streams before answering 429.
     #[arg(long, default_value_t = 100_000)]
     capacity: usize,
+    /// Stream format on /generate and chat (TGI, Triton and llama.cpp have their own paths).
+    #[arg(long, value_enum, default_value_t = Framing::Openai)]
+    framing: Framing,
+    /// Cut every stream after this many tokens, with no end marker.
+    #[arg(long, conflicts_with = "error_after")]
+    truncate_after: Option<u32>,
+    /// Send an error event after this many tokens, then end the stream.
+    #[arg(long)]
+    error_after: Option<u32>,
 }
 
 pub fn mock_server(args: MockArgs) -> anyhow::Result<()> {
+    let fault = match (args.truncate_after, args.error_after) {
+        (Some(after), _) => Some(Fault::Truncate { after }),
+        (None, Some(after)) => Some(Fault::Error { after }),
+        (None, None) => None,
+    };
     let config = MockConfig {
-        ttft: Duration::from_secs_f64(args.ttft_ms / 1000.0),
-        itl: Duration::from_secs_f64(args.itl_ms / 1000.0),
-        tokens: args.tokens,
-        capacity: args.capacity,
+        framing: args.framing,
+        fault,
+        ..MockConfig::new(Duration::from_secs_f64(args.ttft_ms / 1000.0), Duration::from_secs_f64(args.itl_ms / 1000.0), args.tokens, args.capacity)
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {

@@ -24,7 +24,10 @@ pub struct Mock {
 
 impl Mock {
     pub fn start(ttft_ms: u64, itl_ms: u64, tokens: u32, capacity: usize) -> Self {
-        let config = MockConfig { ttft: Duration::from_millis(ttft_ms), itl: Duration::from_millis(itl_ms), tokens, capacity };
+        Self::with(MockConfig::new(Duration::from_millis(ttft_ms), Duration::from_millis(itl_ms), tokens, capacity))
+    }
+
+    pub fn with(config: MockConfig) -> Self {
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {

@@ -1,16 +1,20 @@
 //! A deterministic timing server: streams `tokens` tokens with the first after `ttft` and
 //! the rest every `itl`, on rillm's `/generate` and the OpenAI streaming endpoints, and
 //! answers 429 beyond `capacity` concurrent streams. Its "tokenizer" counts words: usage
-//! and `/tokenize` report one prompt token per whitespace-separated word. The benchmark's calibration target
+//! and `/tokenize` report one prompt token per whitespace-separated word. It speaks every
+//! protocol the benchmark reads (`framing`), and can cut a stream short or fail it midway,
+//! so anyone can check a stream parser against it. The benchmark's calibration target
 //! and test fixture; it stands beside real servers, never in place of one.
+
+mod framing;
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
-use axum::response::sse::{Event, Sse};
+use axum::response::sse::Sse;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
@@ -19,12 +23,32 @@ use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
+pub use framing::Framing;
+use framing::Flavor;
+
 #[derive(Debug, Clone, Copy)]
 pub struct MockConfig {
     pub ttft: Duration,
     pub itl: Duration,
     pub tokens: u32,
     pub capacity: usize,
+    pub framing: Framing,
+    pub fault: Option<Fault>,
+}
+
+impl MockConfig {
+    pub fn new(ttft: Duration, itl: Duration, tokens: u32, capacity: usize) -> Self {
+        Self { ttft, itl, tokens, capacity, framing: Framing::default(), fault: None }
+    }
+}
+
+/// A broken stream, after this many tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The connection ends with no end marker.
+    Truncate { after: u32 },
+    /// An error event in the protocol's framing, then the end of the stream.
+    Error { after: u32 },
 }
 
 #[derive(Clone)]
@@ -33,19 +57,17 @@ struct MockState {
     slots: Arc<Semaphore>,
 }
 
-#[derive(Clone, Copy, PartialEq)]
-enum Flavor {
-    Generate,
-    Completions,
-    Chat,
-}
-
 pub fn router(config: MockConfig) -> Router {
     let state = MockState { config, slots: Arc::new(Semaphore::new(config.capacity)) };
+    let generate = if config.framing == Framing::Sglang { Flavor::Sglang } else { Flavor::Generate };
+    let chat = if config.framing == Framing::OpenaiReasoning { Flavor::ChatReasoning } else { Flavor::Chat };
     Router::new()
-        .route("/generate", post(|s, b| stream(s, b, Flavor::Generate)))
+        .route("/generate", post(move |s, b| stream(s, b, generate)))
         .route("/v1/completions", post(|s, b| stream(s, b, Flavor::Completions)))
-        .route("/v1/chat/completions", post(|s, b| stream(s, b, Flavor::Chat)))
+        .route("/v1/chat/completions", post(move |s, b| stream(s, b, chat)))
+        .route("/generate_stream", post(|s, b| stream(s, b, Flavor::Tgi)))
+        .route("/v2/models/{model}/generate_stream", post(|_: Path<String>, s, b| stream(s, b, Flavor::Triton)))
+        .route("/completion", post(|s, b| stream(s, b, Flavor::Llamacpp)))
         .route("/v1/models", get(|| async { Json(json!({"object": "list", "data": [{"id": "mock", "object": "model"}]})) }))
         .route("/tokenize", post(tokenize))
         .route("/health", get(|| async { "ok" }))
@@ -68,36 +90,35 @@ async fn stream(State(state): State<MockState>, body: Option<Json<Value>>, flavo
         return (StatusCode::TOO_MANY_REQUESTS, [(header::RETRY_AFTER, "1")], Json(error)).into_response();
     };
     let body = body.map(|Json(v)| v).unwrap_or_default();
-    let tokens = body["max_tokens"].as_u64().map_or(state.config.tokens, |m| (m as u32).min(state.config.tokens)).max(1);
+    let tokens = flavor.max_tokens(&body).map_or(state.config.tokens, |m| (m.min(u64::from(u32::MAX)) as u32).min(state.config.tokens)).max(1);
     let include_usage = body["stream_options"]["include_usage"].as_bool().unwrap_or(false);
     let prompt_tokens = prompt_words(&body);
     let cfg = state.config;
+    let broken_after = match cfg.fault {
+        Some(Fault::Truncate { after } | Fault::Error { after }) => after.min(tokens),
+        None => u32::MAX,
+    };
     // The permit rides in the stream's state: capacity counts open streams, and a client
     // that disconnects frees its slot.
     let events = futures::stream::unfold((0u32, permit), move |(i, permit)| async move {
-        if i > tokens {
+        if i > tokens || i > broken_after {
             return None;
         }
+        if i == broken_after {
+            return match cfg.fault {
+                Some(Fault::Error { .. }) => Some((vec![framing::error(flavor, "mock: injected failure")], (u32::MAX, permit))),
+                _ => None,
+            };
+        }
         if i == tokens {
-            return Some((finish_events(flavor, tokens, prompt_tokens, include_usage), (i + 1, permit)));
+            return Some((framing::finish(flavor, tokens, prompt_tokens, include_usage), (i + 1, permit)));
         }
         // Scheduled from the request's arrival, so delays never accumulate.
         tokio::time::sleep_until(received + cfg.ttft + cfg.itl * i).await;
-        Some((vec![token_event(flavor, i)], (i + 1, permit)))
+        Some((vec![framing::token(flavor, i, tokens)], (i + 1, permit)))
     });
     let events = futures::StreamExt::flat_map(events, |e| futures::stream::iter(e.into_iter().map(Ok::<_, Infallible>)));
     Sse::new(events).into_response()
-}
-
-/// Written directly: the mock shares cores with the client it calibrates, so each event
-/// should cost it as little as possible.
-fn token_event(flavor: Flavor, i: u32) -> Event {
-    let data = match flavor {
-        Flavor::Generate => format!(r#"{{"text":" t{i}","token_ids":[{i}]}}"#),
-        Flavor::Completions => format!(r#"{{"object":"text_completion","choices":[{{"index":0,"text":" t{i}","finish_reason":null}}]}}"#),
-        Flavor::Chat => format!(r#"{{"object":"chat.completion.chunk","choices":[{{"index":0,"delta":{{"content":" t{i}"}},"finish_reason":null}}]}}"#),
-    };
-    Event::default().data(data)
 }
 
 /// vLLM's `/tokenize` shape over the mock's word "tokenizer".
@@ -109,21 +130,7 @@ async fn tokenize(body: Option<Json<Value>>) -> Json<Value> {
 /// The mock's "tokenizer": one token per whitespace-separated word of the prompt.
 fn prompt_words(body: &Value) -> u32 {
     let words = |v: &Value| v.as_str().map_or(0, |s| s.split_whitespace().count());
-    let n = words(&body["prompt"]) + body["messages"].as_array().map_or(0, |m| m.iter().map(|m| words(&m["content"])).sum());
+    let text = ["prompt", "text", "inputs", "text_input"].iter().map(|k| words(&body[*k])).sum::<usize>();
+    let n = text + body["messages"].as_array().map_or(0, |m| m.iter().map(|m| words(&m["content"])).sum());
     n as u32
-}
-
-fn finish_events(flavor: Flavor, tokens: u32, prompt_tokens: u32, include_usage: bool) -> Vec<Event> {
-    let usage = json!({"prompt_tokens": prompt_tokens, "completion_tokens": tokens, "total_tokens": tokens + prompt_tokens});
-    match flavor {
-        Flavor::Generate => vec![Event::default().event("done").data(json!({"finish_reason": "length", "usage": usage}).to_string())],
-        Flavor::Completions | Flavor::Chat => {
-            let mut events = Vec::new();
-            if include_usage {
-                events.push(Event::default().data(json!({"choices": [], "usage": usage}).to_string()));
-            }
-            events.push(Event::default().data("[DONE]"));
-            events
-        }
-    }
 }
