@@ -33,6 +33,8 @@ pub struct BatchToken {
 }
 
 pub trait Executor {
+    /// A saved copy of one sequence's KV state, kept in host memory.
+    type Snapshot;
     /// Context cells available to each sequence slot.
     fn ctx_per_sequence(&self) -> u32;
     /// Most tokens one `decode` call accepts.
@@ -54,4 +56,8 @@ pub trait Executor {
     fn truncate_sequence(&mut self, seq: usize, keep: u32);
     /// KV cells currently held by `seq`, as the runtime reports them.
     fn sequence_cells(&self, seq: usize) -> u32;
+    /// Copies `seq`'s KV state out to host memory, with its size in bytes.
+    fn save_sequence(&mut self, seq: usize) -> Result<(Self::Snapshot, usize), String>;
+    /// Replaces `seq`'s KV cells with a saved state. On error the slot holds nothing.
+    fn restore_sequence(&mut self, seq: usize, snapshot: &Self::Snapshot) -> Result<(), String>;
 }

@@ -60,7 +60,7 @@ impl Engine {
                     let stats = Arc::new(EngineStats::new(total_cells));
                     let _ = ready_tx.send(Ok((Arc::clone(&stats), executor.ctx_per_sequence())));
                     let tokenizer: Arc<dyn Tokenizer> = Arc::clone(&model) as Arc<dyn Tokenizer>;
-                    Scheduler::new(executor, tokenizer, queue, Arc::clone(&stats), config.max_running, config.prefix_caching)
+                    Scheduler::new(executor, tokenizer, queue, Arc::clone(&stats), config.max_running, config.prefix_caching, config.host_cache_bytes)
                         .run();
                     stats.mark_dead();
                 })

@@ -14,6 +14,7 @@ mod config;
 mod engine;
 mod error;
 pub mod fetch;
+mod host_cache;
 mod llama;
 mod prefix_cache;
 mod queue;
@@ -26,7 +27,7 @@ mod text_stream;
 
 pub use backend::{BatchToken, Executor, TokenId, Tokenizer};
 pub use chat::ChatTemplate;
-pub use config::EngineConfig;
+pub use config::{EngineConfig, DEFAULT_HOST_CACHE_MIB};
 pub use engine::Engine;
 pub use error::{EngineError, Rejected};
 pub use queue::{PushError, WaitQueue};
@@ -34,6 +35,6 @@ pub use request::{
     ChatMessage, Completion, FinishReason, GenerateRequest, Prompt, SamplingParams, ServerTimings,
     StreamEvent, Usage,
 };
-pub use stats::{EngineStats, StatsSnapshot};
+pub use stats::{EngineStats, PrefixCacheSnapshot, StatsSnapshot};
 pub use stream::RequestStream;
 pub use text_stream::{TextPiece, TextStream};

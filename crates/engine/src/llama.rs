@@ -14,6 +14,7 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::logit_bias::LlamaLogitBias;
 use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::{LlamaStateSeqFlags, SeqState};
 
 use crate::backend::{BatchToken, Executor, TokenId, Tokenizer};
 use crate::chat::ChatTemplate;
@@ -180,6 +181,8 @@ impl<'m> LlamaExecutor<'m> {
 }
 
 impl Executor for LlamaExecutor<'_> {
+    type Snapshot = SeqState;
+
     fn ctx_per_sequence(&self) -> u32 {
         self.ctx_per_sequence
     }
@@ -264,5 +267,20 @@ impl Executor for LlamaExecutor<'_> {
         }
         let min = self.ctx.kv_cache_seq_pos_min(seq as i32).max(0);
         (max - min + 1) as u32
+    }
+
+    fn save_sequence(&mut self, seq: usize) -> Result<(SeqState, usize), String> {
+        let state = self.ctx.state_seq_get(seq as i32, LlamaStateSeqFlags::default()).map_err(|e| e.to_string())?;
+        let bytes = state.byte_len();
+        Ok((state, bytes))
+    }
+
+    fn restore_sequence(&mut self, seq: usize, snapshot: &SeqState) -> Result<(), String> {
+        let restored = self.ctx.state_seq_set(snapshot, seq as i32).map_err(|e| e.to_string());
+        if restored.is_err() {
+            // A half-read state is not to be trusted.
+            self.truncate_sequence(seq, 0);
+        }
+        restored
     }
 }

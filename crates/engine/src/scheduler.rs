@@ -9,7 +9,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{BatchToken, Executor, Tokenizer};
+use crate::backend::{BatchToken, Executor, TokenId, Tokenizer};
+use crate::host_cache::HostCache;
 use crate::prefix_cache::{reusable, PrefixCache};
 use crate::queue::WaitQueue;
 use crate::request::FinishReason;
@@ -24,6 +25,14 @@ const MIN_COPY_GAIN: usize = 8;
 /// the weights repay; a sequence this close to its token limit is left where it is.
 const MIN_TOKENS_LEFT_TO_MOVE: u32 = 16;
 
+/// Restoring a saved state costs a copy of its whole KV; below this many extra reusable
+/// tokens over what the slots offer, prefilling them is as cheap.
+const MIN_RESTORE_GAIN: usize = 16;
+
+/// A slot's content is saved to the host tier before it is overwritten only if at least
+/// this many of its tokens would otherwise be lost.
+const MIN_SAVE_TOKENS: usize = 32;
+
 /// How long an idle engine sleeps before refreshing its heartbeat.
 const IDLE_WAKE: Duration = Duration::from_millis(500);
 
@@ -34,6 +43,13 @@ pub(crate) struct Scheduler<E: Executor> {
     stats: Arc<EngineStats>,
     slots: Vec<Option<Sequence>>,
     prefix_cache: PrefixCache,
+    /// KV states saved from slots before they were overwritten (`None`: tier off).
+    host_cache: Option<HostCache<E::Snapshot>>,
+    host_cache_budget: usize,
+    /// Slots that are the source or target of a KV copy not yet carried out: llama.cpp
+    /// copies stream buffers at the next decode, so their buffers must not be saved or
+    /// overwritten until then.
+    copy_pending: Vec<bool>,
     /// Slots in admission order; prefill budget goes to the oldest first.
     admission_order: VecDeque<usize>,
     step_budget: usize,
@@ -53,8 +69,11 @@ impl<E: Executor> Scheduler<E> {
         stats: Arc<EngineStats>,
         max_running: usize,
         prefix_caching: bool,
+        host_cache_bytes: usize,
     ) -> Self {
         let step_budget = executor.max_batch_tokens();
+        let host_cache_budget = if prefix_caching { host_cache_bytes } else { 0 };
+        stats.set_host_cache(host_cache_budget, Default::default());
         Self {
             executor,
             tokenizer,
@@ -62,6 +81,9 @@ impl<E: Executor> Scheduler<E> {
             stats,
             slots: (0..max_running).map(|_| None).collect(),
             prefix_cache: PrefixCache::new(max_running),
+            host_cache: (host_cache_budget > 0).then(|| HostCache::new(host_cache_budget)),
+            host_cache_budget,
+            copy_pending: vec![false; max_running],
             admission_order: VecDeque::with_capacity(max_running),
             step_budget,
             prefix_caching,
@@ -127,20 +149,92 @@ impl<E: Executor> Scheduler<E> {
             // The lowest free slot: llama.cpp computes attention over the contiguous range of
             // KV streams a batch touches, so packing sequences low keeps batches cheap.
             let Some(slot) = self.slots.iter().position(Option::is_none) else { break };
-            let mut reused = reusable(self.prefix_cache.held(slot).iter().copied(), &request.prompt);
-            let donor = if self.prefix_caching { self.best_donor(&request.prompt, slot) } else { None };
-            if let Some((donor, shared)) = donor {
-                if shared >= reused + MIN_COPY_GAIN {
-                    self.executor.copy_sequence(donor, slot);
-                    let donor_tokens = self.slot_tokens(donor);
-                    self.prefix_cache.store(slot, donor_tokens);
-                    reused = shared;
-                }
-            }
+            let reused = self.load_prefix(slot, &request.prompt);
+            self.stats.record_prefix_query(request.prompt.len(), reused);
             self.executor.truncate_sequence(slot, reused as u32);
             self.executor.start_sequence(slot, &request.sampling, request.ignore_eos);
             self.slots[slot] = Some(Sequence::new(request, reused as u32));
             self.admission_order.push_back(slot);
+        }
+    }
+
+    /// Puts the longest cached prefix of `prompt` into `slot` and returns its length: what
+    /// the slot already holds, a copy of another slot's cells, or a state restored from the
+    /// host tier, whichever reuses most for its cost. What the slot held is saved to the
+    /// host tier first if it is about to be lost.
+    fn load_prefix(&mut self, slot: usize, prompt: &[TokenId]) -> usize {
+        let own = reusable(self.prefix_cache.held(slot).iter().copied(), prompt);
+        if !self.prefix_caching {
+            return own;
+        }
+        let donor = self.best_donor(prompt, slot).filter(|&(_, shared)| shared >= own + MIN_COPY_GAIN);
+        let in_slots = donor.map_or(own, |(_, shared)| shared);
+        let restorable = self.host_cache.as_ref().and_then(|c| c.lookup(prompt));
+        let restore = restorable.filter(|&(_, shared)| shared >= in_slots + MIN_RESTORE_GAIN && !self.copy_pending[slot]);
+        let keep = if donor.is_some() || restore.is_some() { 0 } else { own };
+        if let (Some((id, _)), Some(cache)) = (restore, self.host_cache.as_mut()) {
+            // Saving what the slot holds must not evict the entry about to be restored.
+            cache.touch(id);
+        }
+        self.preserve(slot, keep);
+        if let Some((id, shared)) = restore {
+            if self.restore(slot, id, shared) {
+                return shared;
+            }
+            return 0;
+        }
+        match donor {
+            Some((donor, shared)) => {
+                self.executor.copy_sequence(donor, slot);
+                self.copy_pending[donor] = true;
+                self.copy_pending[slot] = true;
+                let donor_tokens = self.slot_tokens(donor);
+                self.prefix_cache.store(slot, donor_tokens);
+                shared
+            }
+            None => own,
+        }
+    }
+
+    /// Saves what `slot` holds to the host tier before its cells past `keep` are lost,
+    /// unless that is little, already saved, or mid-copy.
+    fn preserve(&mut self, slot: usize, keep: usize) {
+        let Some(cache) = self.host_cache.as_mut() else { return };
+        let held = self.prefix_cache.held(slot);
+        if held.len() < keep + MIN_SAVE_TOKENS || self.copy_pending[slot] || cache.covers(held) {
+            return;
+        }
+        match self.executor.save_sequence(slot) {
+            Ok((state, bytes)) => {
+                cache.insert(held.to_vec(), state, bytes);
+                self.stats.set_host_cache(self.host_cache_budget, cache.counts());
+            }
+            Err(error) => tracing::warn!(%error, slot, "could not save a slot's KV to the host cache"),
+        }
+    }
+
+    /// Restores host-tier entry `id` into `slot`; on failure the slot is left empty and the
+    /// prompt is prefilled in full.
+    fn restore(&mut self, slot: usize, id: u64, shared: usize) -> bool {
+        let Some((state, tokens)) = self.host_cache.as_mut().and_then(|c| c.take_for_restore(id)) else {
+            self.prefix_cache.clear(slot);
+            return false;
+        };
+        let started = std::time::Instant::now();
+        let restored = self.executor.restore_sequence(slot, state);
+        self.stats.record_host_restore(shared, started.elapsed(), restored.is_ok());
+        match restored {
+            Ok(()) => {
+                let tokens = tokens.to_vec();
+                self.prefix_cache.store(slot, tokens);
+                true
+            }
+            Err(error) => {
+                tracing::warn!(%error, slot, "restoring a saved prefix failed; prefilling instead");
+                self.executor.truncate_sequence(slot, 0);
+                self.prefix_cache.clear(slot);
+                false
+            }
         }
     }
 
@@ -156,8 +250,11 @@ impl<E: Executor> Scheduler<E> {
         if highest < free || tokens_left < MIN_TOKENS_LEFT_TO_MOVE {
             return;
         }
+        self.preserve(free, 0);
         let Some(seq) = self.slots[highest].take() else { return };
         self.executor.move_sequence(highest, free);
+        self.copy_pending[highest] = true;
+        self.copy_pending[free] = true;
         self.stats.record_move();
         // The source keeps its cells: it is now an idle slot caching this prefix.
         if self.prefix_caching {
@@ -203,6 +300,8 @@ impl<E: Executor> Scheduler<E> {
         }
         let started = std::time::Instant::now();
         let decoded = self.executor.decode(&self.batch);
+        // Pending KV copies were carried out at the start of this decode.
+        self.copy_pending.iter_mut().for_each(|p| *p = false);
         tracing::trace!(
             tokens = self.batch.len(),
             sequences = self.outputs.len(),

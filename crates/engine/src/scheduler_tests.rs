@@ -38,9 +38,16 @@ struct RecordingExecutor {
     max_batch_tokens: usize,
     batches: Vec<Vec<BatchToken>>,
     moves: Vec<(usize, usize)>,
+    /// Slots saved, in order; a snapshot is the slot it was saved from.
+    saves: Vec<usize>,
+    /// (slot, snapshot) of each restore.
+    restores: Vec<(usize, usize)>,
+    fail_restores: bool,
 }
 
 impl Executor for RecordingExecutor {
+    type Snapshot = usize;
+
     fn ctx_per_sequence(&self) -> u32 {
         512
     }
@@ -64,6 +71,18 @@ impl Executor for RecordingExecutor {
     fn sequence_cells(&self, _seq: usize) -> u32 {
         0
     }
+    fn save_sequence(&mut self, seq: usize) -> Result<(usize, usize), String> {
+        self.saves.push(seq);
+        Ok((seq, 1000))
+    }
+    fn restore_sequence(&mut self, seq: usize, snapshot: &usize) -> Result<(), String> {
+        self.restores.push((seq, *snapshot));
+        if self.fail_restores {
+            Err("state size mismatch".into())
+        } else {
+            Ok(())
+        }
+    }
 }
 
 type Events = tokio::sync::mpsc::UnboundedReceiver<StreamEvent>;
@@ -76,21 +95,36 @@ struct Harness {
 
 impl Harness {
     fn new(max_running: usize, max_batch_tokens: usize) -> Self {
+        Self::with_cache(max_running, max_batch_tokens, false, 0)
+    }
+
+    fn with_cache(max_running: usize, max_batch_tokens: usize, prefix_caching: bool, host_bytes: usize) -> Self {
         let queue = Arc::new(WaitQueue::new(16));
-        let executor = RecordingExecutor { max_batch_tokens, batches: Vec::new(), moves: Vec::new() };
+        let executor = RecordingExecutor {
+            max_batch_tokens,
+            batches: Vec::new(),
+            moves: Vec::new(),
+            saves: Vec::new(),
+            restores: Vec::new(),
+            fail_restores: false,
+        };
         let stats = Arc::new(EngineStats::new(512 * max_running as u64));
-        let scheduler = Scheduler::new(executor, Arc::new(ByteTokenizer), Arc::clone(&queue), stats, max_running, false);
+        let scheduler = Scheduler::new(executor, Arc::new(ByteTokenizer), Arc::clone(&queue), stats, max_running, prefix_caching, host_bytes);
         Self { scheduler, queue, next_id: 0 }
     }
 
     /// Queues a request (admitted at the next step); returns its events (drop to cancel).
     fn submit(&mut self, prompt: &str) -> Events {
+        self.submit_n(prompt, 100)
+    }
+
+    fn submit_n(&mut self, prompt: &str, max_tokens: u32) -> Events {
         self.next_id += 1;
         let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
         let request = PendingRequest {
             id: self.next_id,
             prompt: ByteTokenizer.tokenize(prompt, false),
-            max_tokens: 100,
+            max_tokens,
             sampling: SamplingParams::greedy(),
             stop: Vec::new(),
             ignore_eos: false,
@@ -99,6 +133,17 @@ impl Harness {
         };
         assert!(self.queue.push(request).is_ok());
         receiver
+    }
+
+    /// Steps until nothing runs or waits.
+    fn run_to_idle(&mut self) {
+        for _ in 0..1000 {
+            if self.scheduler.admission_order.is_empty() && self.queue.len() == 0 {
+                return;
+            }
+            self.step();
+        }
+        panic!("still busy after 1000 steps");
     }
 
     /// Runs one step; returns (slot, token count) for each run of one slot in the batch.
@@ -172,4 +217,56 @@ fn a_hole_left_by_a_finished_request_is_closed_by_moving_the_highest_sequence_do
     let _fourth = h.submit("d");
     assert_eq!(h.step(), [(0, 1), (1, 1), (2, 1)]);
     assert!(h.scheduler.executor.moves.is_empty());
+}
+
+/// Two prompts of 48 distinct bytes each.
+const PROMPT_A: &str = "The quick brown fox jumps over the lazy dog again";
+const PROMPT_B: &str = "Pack my box with five dozen liquor jugs, said she";
+
+#[test]
+fn an_overwritten_slot_is_saved_to_host_memory_and_a_returning_prompt_restored() {
+    let mut h = Harness::with_cache(1, 64, true, 1 << 20);
+    let _a = h.submit_n(PROMPT_A, 4);
+    h.run_to_idle();
+    assert!(h.scheduler.executor.saves.is_empty(), "nothing was overwritten yet");
+    let _b = h.submit_n(PROMPT_B, 4);
+    assert_eq!(h.step(), [(0, PROMPT_B.len())], "B shares nothing: a full prefill");
+    assert_eq!(h.scheduler.executor.saves, [0], "A's cells were saved before B overwrote them");
+    h.run_to_idle();
+    let _again = h.submit_n(PROMPT_A, 4);
+    // A's whole prompt but its last token comes back from host memory.
+    assert_eq!(h.step(), [(0, 1)]);
+    assert_eq!(h.scheduler.executor.restores, [(0, 0)]);
+    assert_eq!(h.scheduler.executor.saves, [0, 0], "B was saved before A was restored over it");
+    let p = h.scheduler.stats.snapshot().prefix;
+    assert_eq!((p.host_restores, p.host_restored_tokens, p.host_entries), (1, PROMPT_A.len() as u64 - 1, 2));
+    assert_eq!(p.hit_tokens, PROMPT_A.len() as u64 - 1);
+    assert_eq!(p.queried_tokens, 3 * PROMPT_A.len() as u64);
+}
+
+#[test]
+fn a_failed_restore_falls_back_to_prefill_and_is_counted() {
+    let mut h = Harness::with_cache(1, 64, true, 1 << 20);
+    h.scheduler.executor.fail_restores = true;
+    for prompt in [PROMPT_A, PROMPT_B] {
+        let _r = h.submit_n(prompt, 4);
+        h.run_to_idle();
+    }
+    let _again = h.submit_n(PROMPT_A, 4);
+    assert_eq!(h.step(), [(0, PROMPT_A.len())], "the whole prompt is computed");
+    assert_eq!(h.scheduler.executor.restores.len(), 1);
+    let p = h.scheduler.stats.snapshot().prefix;
+    assert_eq!((p.host_restores, p.host_restore_failures, p.hit_tokens), (0, 1, 0));
+}
+
+#[test]
+fn no_host_tier_without_prefix_caching_or_budget() {
+    for (caching, bytes) in [(false, 1 << 20), (true, 0)] {
+        let mut h = Harness::with_cache(1, 64, caching, bytes);
+        for prompt in [PROMPT_A, PROMPT_B, PROMPT_A] {
+            let _r = h.submit_n(prompt, 4);
+            h.run_to_idle();
+        }
+        assert!(h.scheduler.executor.saves.is_empty() && h.scheduler.executor.restores.is_empty());
+    }
 }

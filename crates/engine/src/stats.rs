@@ -22,6 +22,42 @@ pub struct EngineStats {
     finished: AtomicU64,
     cancelled: AtomicU64,
     sequences_moved: AtomicU64,
+    prefix: PrefixCounters,
+}
+
+/// What prefix caching did, cumulative except the host tier's size.
+#[derive(Debug, Default)]
+struct PrefixCounters {
+    queried_tokens: AtomicU64,
+    hit_tokens: AtomicU64,
+    host_budget_bytes: AtomicU64,
+    host_bytes: AtomicU64,
+    host_entries: AtomicU64,
+    host_saves: AtomicU64,
+    host_evictions: AtomicU64,
+    host_restores: AtomicU64,
+    host_restore_failures: AtomicU64,
+    host_restored_tokens: AtomicU64,
+    host_restore_micros: AtomicU64,
+}
+
+/// Prefix caching, as metrics report it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PrefixCacheSnapshot {
+    /// Prompt tokens of admitted requests (vLLM's `prefix_cache_queries`).
+    pub queried_tokens: u64,
+    /// Of those, tokens whose KV was reused (vLLM's `prefix_cache_hits`).
+    pub hit_tokens: u64,
+    pub host_budget_bytes: u64,
+    pub host_bytes: u64,
+    pub host_entries: u64,
+    pub host_saves: u64,
+    pub host_evictions: u64,
+    pub host_restores: u64,
+    /// Restores that failed and fell back to prefill.
+    pub host_restore_failures: u64,
+    pub host_restored_tokens: u64,
+    pub host_restore_micros: u64,
 }
 
 /// A consistent-enough copy of the counters.
@@ -41,6 +77,7 @@ pub struct StatsSnapshot {
     pub cancelled: u64,
     /// Running sequences moved down into a freed slot to keep the batch contiguous.
     pub sequences_moved: u64,
+    pub prefix: PrefixCacheSnapshot,
 }
 
 impl StatsSnapshot {
@@ -71,6 +108,7 @@ impl EngineStats {
             finished: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
             sequences_moved: AtomicU64::new(0),
+            prefix: PrefixCounters::default(),
         }
     }
 
@@ -87,6 +125,22 @@ impl EngineStats {
             finished: self.finished.load(Relaxed),
             cancelled: self.cancelled.load(Relaxed),
             sequences_moved: self.sequences_moved.load(Relaxed),
+            prefix: {
+                let p = &self.prefix;
+                PrefixCacheSnapshot {
+                    queried_tokens: p.queried_tokens.load(Relaxed),
+                    hit_tokens: p.hit_tokens.load(Relaxed),
+                    host_budget_bytes: p.host_budget_bytes.load(Relaxed),
+                    host_bytes: p.host_bytes.load(Relaxed),
+                    host_entries: p.host_entries.load(Relaxed),
+                    host_saves: p.host_saves.load(Relaxed),
+                    host_evictions: p.host_evictions.load(Relaxed),
+                    host_restores: p.host_restores.load(Relaxed),
+                    host_restore_failures: p.host_restore_failures.load(Relaxed),
+                    host_restored_tokens: p.host_restored_tokens.load(Relaxed),
+                    host_restore_micros: p.host_restore_micros.load(Relaxed),
+                }
+            },
         }
     }
 
@@ -134,6 +188,32 @@ impl EngineStats {
 
     pub(crate) fn record_move(&self) {
         self.sequences_moved.fetch_add(1, Relaxed);
+    }
+
+    /// A request was admitted with `prompt` tokens, `reused` of them from cache.
+    pub(crate) fn record_prefix_query(&self, prompt: usize, reused: usize) {
+        self.prefix.queried_tokens.fetch_add(prompt as u64, Relaxed);
+        self.prefix.hit_tokens.fetch_add(reused as u64, Relaxed);
+    }
+
+    pub(crate) fn record_host_restore(&self, tokens: usize, took: Duration, ok: bool) {
+        let p = &self.prefix;
+        if ok {
+            p.host_restores.fetch_add(1, Relaxed);
+            p.host_restored_tokens.fetch_add(tokens as u64, Relaxed);
+            p.host_restore_micros.fetch_add(took.as_micros() as u64, Relaxed);
+        } else {
+            p.host_restore_failures.fetch_add(1, Relaxed);
+        }
+    }
+
+    pub(crate) fn set_host_cache(&self, budget: usize, counts: crate::host_cache::HostCacheCounts) {
+        let p = &self.prefix;
+        p.host_budget_bytes.store(budget as u64, Relaxed);
+        p.host_bytes.store(counts.bytes as u64, Relaxed);
+        p.host_entries.store(counts.entries as u64, Relaxed);
+        p.host_saves.store(counts.saves, Relaxed);
+        p.host_evictions.store(counts.evictions, Relaxed);
     }
 
     pub(crate) fn mark_dead(&self) {

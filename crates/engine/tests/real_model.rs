@@ -310,3 +310,36 @@ fn a_sequence_moved_into_a_freed_slot_generates_exactly_what_it_would_have() {
         (s.running, s.kv_cells_used) == (0, 0)
     });
 }
+
+#[test]
+fn a_prompt_restored_from_host_memory_generates_exactly_what_in_slot_reuse_does() {
+    let _g = serial();
+    let prompt = "You are a careful assistant. Read the question, think, then answer in one sentence. Question: why do caches make computers faster?";
+    let run = |host_cache_bytes: usize| {
+        let mut config = EngineConfig::new(model_path());
+        config.max_running = 1;
+        config.ctx_per_sequence = 512;
+        config.host_cache_bytes = host_cache_bytes;
+        let engine = Engine::start(config).expect("engine starts");
+        let cold = collect(engine.submit(greedy(prompt, 24)).unwrap());
+        // The same prompt again, its prefix still in the slot: the reference.
+        let in_slot = collect(engine.submit(greedy(prompt, 24)).unwrap());
+        // Another prompt takes the only slot; the first one's KV survives only in host memory.
+        let other = collect(engine.submit(greedy("Zebras live in Africa and eat grass.", 4)).unwrap());
+        let returning = collect(engine.submit(greedy(prompt, 24)).unwrap());
+        (cold, in_slot, other, returning, engine.stats().snapshot().prefix)
+    };
+    let (cold, in_slot, other, restored, prefix) = run(64 << 20);
+    let n = cold.2.usage.prompt_tokens;
+    assert_eq!(in_slot.2.usage.cached_tokens, n - 1);
+    assert_eq!(restored.2.usage.cached_tokens, n - 1, "all but the last prompt token restored");
+    assert_eq!(restored.1, in_slot.1, "restored KV is the KV that was saved: the same tokens, every one");
+    assert_eq!(cold.1[..4], restored.1[..4], "and the answer a cold prefill gives");
+    assert_eq!((prefix.host_restores, prefix.host_restore_failures), (1, 0));
+    assert!(prefix.host_bytes > 0 && prefix.host_bytes <= 64 << 20, "{prefix:?}");
+    assert_eq!(prefix.hit_tokens, 2 * u64::from(n - 1) + u64::from(other.2.usage.cached_tokens));
+    // Without the host tier the returning prompt is prefilled again.
+    let (_, _, _, recomputed, prefix) = run(0);
+    assert_eq!(recomputed.2.usage.cached_tokens, 0);
+    assert_eq!(prefix.host_restores, 0);
+}

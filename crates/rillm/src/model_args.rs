@@ -22,9 +22,14 @@ pub struct ModelArgs {
     /// Layers to offload to the GPU (builds with the `cuda` feature).
     #[arg(long, default_value_t = 0)]
     pub gpu_layers: u32,
-    /// Prefill every prompt in full: no reuse of earlier or running requests' KV cells.
+    /// Prefill every prompt in full: no reuse of earlier or running requests' KV cells,
+    /// in slots or in host memory.
     #[arg(long)]
     pub no_prefix_cache: bool,
+    /// Host memory (MiB) for the prefix cache's RAM tier: KV of prompts no slot holds any
+    /// more, restored instead of recomputed when they recur. 0 turns the tier off.
+    #[arg(long, default_value_t = rillm_engine::DEFAULT_HOST_CACHE_MIB)]
+    pub prefix_cache_mib: usize,
 }
 
 impl ModelArgs {
@@ -44,6 +49,7 @@ impl ModelArgs {
         config.max_waiting = max_waiting;
         config.gpu_layers = self.gpu_layers;
         config.prefix_caching = !self.no_prefix_cache;
+        config.host_cache_bytes = self.prefix_cache_mib.saturating_mul(1 << 20);
         Ok(config)
     }
 }

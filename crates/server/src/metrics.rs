@@ -21,6 +21,17 @@ pub const SUCCESS: &str = "vllm:request_success_total";
 pub const REJECTED: &str = "rillm_requests_rejected_total";
 pub const DISCONNECTS: &str = "rillm_client_disconnects_total";
 pub const SEQUENCES_MOVED: &str = "rillm_sequences_moved_total";
+pub const PREFIX_QUERIES: &str = "vllm:prefix_cache_queries_total";
+pub const PREFIX_HITS: &str = "vllm:prefix_cache_hits_total";
+pub const HOST_CACHE_BYTES: &str = "rillm_prefix_cache_host_bytes";
+pub const HOST_CACHE_BUDGET: &str = "rillm_prefix_cache_host_budget_bytes";
+pub const HOST_CACHE_ENTRIES: &str = "rillm_prefix_cache_host_entries";
+pub const HOST_CACHE_SAVES: &str = "rillm_prefix_cache_host_saves_total";
+pub const HOST_CACHE_EVICTIONS: &str = "rillm_prefix_cache_host_evictions_total";
+pub const HOST_CACHE_RESTORES: &str = "rillm_prefix_cache_host_restores_total";
+pub const HOST_CACHE_RESTORE_FAILURES: &str = "rillm_prefix_cache_host_restore_failures_total";
+pub const HOST_CACHE_RESTORED_TOKENS: &str = "rillm_prefix_cache_host_restored_tokens_total";
+pub const HOST_CACHE_RESTORE_SECONDS: &str = "rillm_prefix_cache_host_restore_seconds";
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -53,10 +64,32 @@ pub fn render(backend: Option<&dyn Backend>) -> String {
         gauge!(RUNNING, "model_name" => model.clone()).set(stats.running as f64);
         gauge!(WAITING, "model_name" => model.clone()).set(stats.waiting as f64);
         gauge!(KV_USAGE, "model_name" => model.clone()).set(stats.kv_usage());
-        counter!(SEQUENCES_MOVED, "model_name" => model).absolute(stats.sequences_moved);
+        counter!(SEQUENCES_MOVED, "model_name" => model.clone()).absolute(stats.sequences_moved);
+        render_prefix_cache(&model, &stats.prefix);
     }
     handle.run_upkeep();
     handle.render()
+}
+
+/// Prefix caching: vLLM's token counters, and rillm's host-memory tier.
+fn render_prefix_cache(model: &str, p: &rillm_engine::PrefixCacheSnapshot) {
+    let counters = [
+        (PREFIX_QUERIES, p.queried_tokens),
+        (PREFIX_HITS, p.hit_tokens),
+        (HOST_CACHE_SAVES, p.host_saves),
+        (HOST_CACHE_EVICTIONS, p.host_evictions),
+        (HOST_CACHE_RESTORES, p.host_restores),
+        (HOST_CACHE_RESTORE_FAILURES, p.host_restore_failures),
+        (HOST_CACHE_RESTORED_TOKENS, p.host_restored_tokens),
+    ];
+    for (name, value) in counters {
+        counter!(name, "model_name" => model.to_string()).absolute(value);
+    }
+    let gauges = [(HOST_CACHE_BYTES, p.host_bytes), (HOST_CACHE_BUDGET, p.host_budget_bytes), (HOST_CACHE_ENTRIES, p.host_entries)];
+    for (name, value) in gauges {
+        gauge!(name, "model_name" => model.to_string()).set(value as f64);
+    }
+    gauge!(HOST_CACHE_RESTORE_SECONDS, "model_name" => model.to_string()).set(p.host_restore_micros as f64 / 1e6);
 }
 
 pub fn record_rejected(reason: &'static str) {

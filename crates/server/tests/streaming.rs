@@ -172,8 +172,29 @@ async fn models_health_ready_and_metrics_endpoints() {
         "vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket",
         "vllm:e2e_request_latency_seconds_bucket", "vllm:request_queue_time_seconds_bucket",
         "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total",
+        "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "rillm_prefix_cache_host_bytes",
+        "rillm_prefix_cache_host_budget_bytes", "rillm_prefix_cache_host_restores_total",
     ] {
         assert!(text.lines().any(|l| l.starts_with(name)), "missing {name}");
     }
     assert!(server.metric("vllm:generation_tokens_total").await >= 4.0);
+}
+
+#[tokio::test]
+async fn a_prompt_evicted_from_its_slot_comes_back_from_host_memory() {
+    let server = TestServer::start(Options { max_running: 1, ..Options::default() }).await;
+    // Long enough to be worth saving (slots keep short prompts only in place).
+    let prompt = "You are a support agent for a bicycle shop in a small town. Customers ask about repairs, \
+                  spare parts, prices, rentals and opening hours. Answer briefly and politely, and never invent a price.";
+    let ask = |p: &'static str| server.post("/v1/completions", json!({"prompt": p, "max_tokens": 4}));
+    let first: Value = ask(prompt).await.json().await.unwrap();
+    let _: Value = ask("Zebras live in Africa and eat grass all day long.").await.json().await.unwrap();
+    let again: Value = ask(prompt).await.json().await.unwrap();
+    let n = first["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert_eq!(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    assert_eq!(again["usage"]["prompt_tokens_details"]["cached_tokens"], n - 1, "{again}");
+    assert_eq!(server.metric("rillm_prefix_cache_host_restores_total").await, 1.0);
+    assert!(server.metric("rillm_prefix_cache_host_bytes").await > 0.0);
+    assert!(server.metric("vllm:prefix_cache_hits_total").await >= (n - 1) as f64);
+    assert!(server.metric("vllm:prefix_cache_queries_total").await > (2 * n) as f64, "both prompts and the other one");
 }

@@ -1,0 +1,229 @@
+//! The host-memory tier of the prefix cache: KV states of token sequences that no slot
+//! holds any more, kept in RAM to be restored instead of recomputed.
+//!
+//! A slot's cells are overwritten whenever a new request takes it; before that, the
+//! scheduler saves what the slot held here. Entries are found by token prefix through a
+//! chain of block hashes (as vLLM's automatic prefix caching does): the hash of block `i`
+//! covers blocks `0..=i`, so the deepest block hash of a prompt found in the index names
+//! the entries that share that many whole blocks with it, whichever conversation or system
+//! prompt they came from. The exact reusable length is then counted token by token.
+//!
+//! Bounded in bytes (least recently used first out), and an entry whose tokens are a
+//! prefix of a newer one (the previous turn of the same conversation) is dropped for it.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use crate::backend::TokenId;
+use crate::prefix_cache::reusable;
+
+/// Tokens per hashed block. Small, so a match is found close to its true length; the
+/// exact length is counted from the tokens anyway.
+pub const BLOCK_TOKENS: usize = 16;
+
+struct Entry<S> {
+    tokens: Vec<TokenId>,
+    state: S,
+    bytes: usize,
+    last_used: u64,
+    block_hashes: Vec<u64>,
+}
+
+/// What the tier holds and has done, for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostCacheCounts {
+    pub entries: usize,
+    pub bytes: usize,
+    pub saves: u64,
+    pub evictions: u64,
+}
+
+pub struct HostCache<S> {
+    budget_bytes: usize,
+    bytes: usize,
+    next_id: u64,
+    clock: u64,
+    entries: HashMap<u64, Entry<S>>,
+    /// Chained block hash → entries holding that chain.
+    index: HashMap<u64, HashSet<u64>>,
+    saves: u64,
+    evictions: u64,
+}
+
+/// Chained hashes of the whole blocks of `tokens`.
+pub fn block_hashes(tokens: &[TokenId]) -> Vec<u64> {
+    let mut prev = 0u64;
+    tokens
+        .chunks_exact(BLOCK_TOKENS)
+        .map(|block| {
+            let mut h = DefaultHasher::new();
+            prev.hash(&mut h);
+            block.hash(&mut h);
+            prev = h.finish();
+            prev
+        })
+        .collect()
+}
+
+impl<S> HostCache<S> {
+    pub fn new(budget_bytes: usize) -> Self {
+        Self {
+            budget_bytes,
+            bytes: 0,
+            next_id: 0,
+            clock: 0,
+            entries: HashMap::new(),
+            index: HashMap::new(),
+            saves: 0,
+            evictions: 0,
+        }
+    }
+
+    pub fn counts(&self) -> HostCacheCounts {
+        HostCacheCounts { entries: self.entries.len(), bytes: self.bytes, saves: self.saves, evictions: self.evictions }
+    }
+
+    /// The entry sharing the longest reusable prefix with `prompt`, and that length. Only
+    /// entries sharing at least one whole block are considered.
+    pub fn lookup(&self, prompt: &[TokenId]) -> Option<(u64, usize)> {
+        let hashes = block_hashes(prompt);
+        let candidates = hashes.iter().rev().find_map(|h| self.index.get(h))?;
+        candidates
+            .iter()
+            .map(|&id| (id, reusable(self.entries[&id].tokens.iter().copied(), prompt)))
+            .max_by_key(|&(id, n)| (n, self.entries[&id].last_used))
+    }
+
+    /// An entry already holds `tokens` or more: saving them again would add nothing.
+    pub fn covers(&self, tokens: &[TokenId]) -> bool {
+        let Some(&last) = block_hashes(tokens).last() else { return false };
+        self.index
+            .get(&last)
+            .is_some_and(|ids| ids.iter().any(|id| self.entries[id].tokens.starts_with(tokens)))
+    }
+
+    /// Marks entry `id` as just used.
+    pub fn touch(&mut self, id: u64) {
+        self.clock += 1;
+        if let Some(entry) = self.entries.get_mut(&id) {
+            entry.last_used = self.clock;
+        }
+    }
+
+    /// The state and tokens of entry `id`, marked as just used.
+    pub fn take_for_restore(&mut self, id: u64) -> Option<(&S, &[TokenId])> {
+        self.clock += 1;
+        let entry = self.entries.get_mut(&id)?;
+        entry.last_used = self.clock;
+        Some((&entry.state, &entry.tokens))
+    }
+
+    /// Keeps `state` (the KV of `tokens`, `bytes` long). Entries that are prefixes of
+    /// `tokens` go; least recently used entries go until it fits; one larger than the whole
+    /// budget is not kept. Returns whether it was kept.
+    pub fn insert(&mut self, tokens: Vec<TokenId>, state: S, bytes: usize) -> bool {
+        if bytes > self.budget_bytes || tokens.len() < BLOCK_TOKENS || self.covers(&tokens) {
+            return false;
+        }
+        let block_hashes = block_hashes(&tokens);
+        let superseded: Vec<u64> = block_hashes
+            .iter()
+            .filter_map(|h| self.index.get(h))
+            .flatten()
+            .copied()
+            .collect::<HashSet<u64>>()
+            .into_iter()
+            .filter(|id| tokens.starts_with(&self.entries[id].tokens))
+            .collect();
+        for id in superseded {
+            self.remove(id);
+        }
+        while self.bytes + bytes > self.budget_bytes {
+            let Some(oldest) = self.entries.iter().min_by_key(|(_, e)| e.last_used).map(|(&id, _)| id) else { break };
+            self.remove(oldest);
+            self.evictions += 1;
+        }
+        self.clock += 1;
+        let id = self.next_id;
+        self.next_id += 1;
+        for &h in &block_hashes {
+            self.index.entry(h).or_default().insert(id);
+        }
+        self.entries.insert(id, Entry { tokens, state, bytes, last_used: self.clock, block_hashes });
+        self.bytes += bytes;
+        self.saves += 1;
+        true
+    }
+
+    fn remove(&mut self, id: u64) {
+        let Some(entry) = self.entries.remove(&id) else { return };
+        self.bytes -= entry.bytes;
+        for h in entry.block_hashes {
+            if let Some(ids) = self.index.get_mut(&h) {
+                ids.remove(&id);
+                if ids.is_empty() {
+                    self.index.remove(&h);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toks(range: std::ops::Range<u32>) -> Vec<TokenId> {
+        range.collect()
+    }
+
+    #[test]
+    fn finds_the_longest_shared_prefix_across_entries() {
+        let mut c = HostCache::new(1 << 20);
+        let system = toks(0..40);
+        let a: Vec<TokenId> = system.iter().copied().chain(100..130).collect();
+        let b: Vec<TokenId> = system.iter().copied().chain(200..260).collect();
+        assert!(c.insert(a.clone(), "a", 10));
+        assert!(c.insert(b.clone(), "b", 10));
+        // A new conversation with the same system prompt shares 40 tokens with either.
+        let new: Vec<TokenId> = system.iter().copied().chain(300..340).collect();
+        let (_, n) = c.lookup(&new).unwrap();
+        assert_eq!(n, 40);
+        // The next turn of conversation b finds all of b.
+        let next: Vec<TokenId> = b.iter().copied().chain(900..920).collect();
+        let (id, n) = c.lookup(&next).unwrap();
+        assert_eq!(n, b.len());
+        assert_eq!(c.take_for_restore(id).unwrap().0, &"b");
+        // Less than one whole block in common finds nothing.
+        assert!(c.lookup(&toks(0..10)).is_none());
+        assert!(c.lookup(&toks(500..600)).is_none());
+    }
+
+    #[test]
+    fn a_longer_turn_supersedes_its_prefix_and_covered_tokens_are_not_saved_twice() {
+        let mut c = HostCache::new(1 << 20);
+        assert!(c.insert(toks(0..32), 1, 100));
+        assert!(c.covers(&toks(0..32)) && c.covers(&toks(0..16)));
+        assert!(!c.insert(toks(0..20), 2, 100), "covered by the first");
+        assert!(c.insert(toks(0..64), 3, 100));
+        assert_eq!(c.counts().entries, 1, "the 32-token entry was a prefix of the 64-token one");
+        assert_eq!(c.counts().bytes, 100);
+        assert!(!c.insert(toks(0..8), 4, 1), "shorter than a block");
+    }
+
+    #[test]
+    fn never_holds_more_than_its_budget_and_evicts_the_least_recently_used() {
+        let mut c = HostCache::new(250);
+        assert!(c.insert(toks(0..16), 'a', 100));
+        assert!(c.insert(toks(100..116), 'b', 100));
+        let (id, _) = c.lookup(&toks(0..20)).unwrap();
+        c.take_for_restore(id); // `a` is now the most recently used
+        assert!(c.insert(toks(200..216), 'c', 100));
+        let counts = c.counts();
+        assert_eq!((counts.entries, counts.bytes, counts.evictions), (2, 200, 1));
+        assert!(c.lookup(&toks(100..116)).is_none(), "b was least recently used");
+        assert!(c.lookup(&toks(0..16)).is_some());
+        assert!(!c.insert(toks(300..316), 'd', 251), "larger than the whole budget");
+        assert!(c.counts().bytes <= 250);
+    }
+}
