@@ -100,6 +100,10 @@ pub struct BenchArgs {
     /// Synthetic output lengths (max_tokens), MEAN[,STDDEV] or uniform:MIN-MAX; default --max-tokens.
     #[arg(long)]
     pub output_tokens: Option<LengthDist>,
+    /// Synthetic prompts: make only N distinct prompts and send them in turn, so prompts
+    /// recur (retries, popular questions) as they do in production.
+    #[arg(long)]
+    pub distinct_prompts: Option<usize>,
     /// A shared system prompt of N tokens before each synthetic prompt.
     #[arg(long)]
     pub shared_prefix_tokens: Option<u32>,

@@ -58,6 +58,8 @@ pub struct RequestRecord {
     pub completion_tokens: Option<u32>,
     /// `completion_tokens` was counted by the benchmark (`--tokenizer`), not reported.
     pub tokens_estimated: bool,
+    /// Sent a second time: the server closed a kept-alive connection as it first went out.
+    pub resent: bool,
 }
 
 impl RequestRecord {
@@ -88,6 +90,7 @@ impl RequestRecord {
             content_events: 0,
             completion_tokens: None,
             tokens_estimated: false,
+            resent: false,
         }
     }
 
@@ -162,10 +165,24 @@ async fn exchange(target: &Target<'_>, body: &Value, sent: Instant, record: &mut
     if let Some(key) = target.api_key {
         request = request.bearer_auth(key);
     }
-    let response = match request.send().await {
+    let response = match request.try_clone().map(|r| r.send()) {
+        Some(first) => match first.await {
+            // A server may close a kept-alive connection just as a request goes out on it
+            // (llama.cpp's HTTP library does after a few requests per connection). No
+            // response began, so the request is sent once more, on a new connection; the
+            // record says so, and its timings still start at the first attempt.
+            Err(e) if stale_connection(&e) => {
+                record.resent = true;
+                request.send().await
+            }
+            other => other,
+        },
+        None => request.send().await,
+    };
+    let response = match response {
         Ok(r) => r,
         Err(e) => {
-            record.error = Some(format!("request failed: {e}"));
+            record.error = Some(format!("request failed: {}", error_chain(&e)));
             return;
         }
     };
@@ -238,6 +255,31 @@ async fn exchange(target: &Target<'_>, body: &Value, sent: Instant, record: &mut
         return;
     }
     record.status = Status::Completed;
+}
+
+/// The server closed the connection before any response to this request began.
+fn stale_connection(e: &reqwest::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        if cause.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_incomplete_message) {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
+/// An error with its causes ("error sending request: connection closed before message
+/// completed"), so a failure says whose it was.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 pub fn ms(d: Duration) -> f64 {

@@ -82,6 +82,10 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     let client = reqwest::Client::builder()
         .tcp_nodelay(true)
         .pool_max_idle_per_host(usize::MAX)
+        // Servers close idle keep-alive connections after a few seconds (llama.cpp and
+        // uvicorn after 5): drop ours first, or a request sent on one the server just
+        // closed fails through no fault of the server.
+        .pool_idle_timeout(Duration::from_secs(2))
         .build()?;
     let model = match &args.model {
         Some(m) => Some(m.clone()),

@@ -80,6 +80,9 @@ pub struct RequestJson {
     pub content_events: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub completion_tokens: Option<u32>,
+    /// Sent again after the server closed a kept-alive connection under it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub resent: bool,
     /// The server gave no count: `completion_tokens` was counted with `--tokenizer`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub completion_tokens_estimated: bool,
@@ -119,6 +122,7 @@ impl RequestJson {
             content_events: streamed.then_some(r.content_events),
             completion_tokens: r.tokens(),
             completion_tokens_estimated: r.tokens_estimated,
+            resent: r.resent,
             prompt_tokens: r.prompt_tokens,
             cached_tokens: r.cached_tokens,
             tpot_ms: r.tpot_ms().map(r3),
@@ -305,6 +309,12 @@ pub fn build(facts: RunFacts) -> BenchResult {
         no_itl: itl.is_empty(), saturated, lag_p99, cpu: cpu_cores_used, slos: &facts.slos, open_loop, reasoning,
         without_tokens: token_summary.requests_without_token_count, estimated_tokens: token_summary.requests_with_estimated_tokens,
     });
+    let resent = records.iter().filter(|r| r.resent).count();
+    if resent > 0 {
+        limits.push_str(&format!(
+            " {resent} requests were sent twice: the server closed a kept-alive connection as they went out, before any response; their timings start at the first attempt."
+        ));
+    }
     for note in &facts.notes {
         limits.push(' ');
         limits.push_str(note);

@@ -168,8 +168,9 @@ async fn synthetic_requests(args: &BenchArgs, chat: bool, counter: &TokenCounter
     let groups = args.prefix_groups.max(1);
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed ^ 0x1e9);
     let mut synth = PromptSynth::new(counter, args.seed).await?;
-    let mut specs = Vec::with_capacity(pool_size);
-    for i in 0..pool_size {
+    let distinct = args.distinct_prompts.map_or(pool_size, |n| n.clamp(1, pool_size));
+    let mut specs = Vec::with_capacity(distinct);
+    for i in 0..distinct {
         let question = input.sample(&mut rng);
         let system = args.shared_prefix_tokens.map(|n| (u64::from(rng.gen_range(0..groups)), n));
         let length = PromptLength::Content(question + system.map_or(0, |s| s.1));
@@ -186,6 +187,7 @@ async fn synthetic_requests(args: &BenchArgs, chat: bool, counter: &TokenCounter
         "prefix_groups": args.shared_prefix_tokens.map(|_| groups),
         "prompts": counter.describe(),
         "distinct_prompts": specs.len(),
+        "recurring": args.distinct_prompts.is_some(),
     });
     Ok(Built { workload: Workload::Requests(specs), description, notes })
 }
