@@ -156,4 +156,25 @@ fn main() {
     let c = finish(engine.submit(request(&p200, 1)).unwrap());
     let stall = watcher.join().unwrap();
     println!("TTFT of a {n200}-token prompt while 8 decode: {:6.1} ms (worst gap of a running stream {:.1} ms)", c.timings.ttft_ms, stall.as_secs_f64() * 1000.0);
+
+    // A 1000-token prompt pushed out of its slot by another request, then sent again: its
+    // KV comes back from host memory instead of being prefilled.
+    let (p1k, n1k) = prompt_of(&engine, 1234, 1000);
+    let cold = finish(engine.submit(request(&p1k, 1)).unwrap());
+    finish(engine.submit(request("Zebras live in Africa.", 1)).unwrap());
+    let before = engine.stats().snapshot().prefix;
+    let warm = finish(engine.submit(request(&p1k, 1)).unwrap());
+    let after = engine.stats().snapshot().prefix;
+    let restored = after.host_restored_tokens - before.host_restored_tokens;
+    let restore_ms = (after.host_restore_micros - before.host_restore_micros) as f64 / 1000.0;
+    println!(
+        "{n1k}-token prompt again after eviction: TTFT {:.1} ms (cold prefill {:.1} ms); {} tokens restored in {:.1} ms = {:.1} ms per 1000 (prefill: {:.0} ms per 1000); host tier {:.1} MiB",
+        warm.timings.ttft_ms,
+        cold.timings.ttft_ms,
+        restored,
+        restore_ms,
+        restore_ms * 1000.0 / restored.max(1) as f64,
+        cold.timings.prefill_ms * 1000.0 / f64::from(cold.usage.prompt_tokens),
+        after.host_bytes as f64 / f64::from(1 << 20),
+    );
 }
