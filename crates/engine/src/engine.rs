@@ -41,7 +41,7 @@ impl Engine {
     pub fn start(config: EngineConfig) -> Result<Self, EngineError> {
         let config = config.normalized();
         let model = load_model(&config)?;
-        let queue = Arc::new(WaitQueue::new(config.max_waiting));
+        let queue = Arc::new(WaitQueue::new(config.max_waiting, config.max_running));
         let (ready_tx, ready_rx) = mpsc::sync_channel(1);
 
         let thread = {

@@ -3,6 +3,12 @@
 //! Callers push from any thread and learn at once when it is full (that is the server's
 //! 429); the engine thread blocks on it while it has nothing to run, so an idle engine
 //! costs no CPU.
+//!
+//! "Full" counts what the whole engine can hold, not the queue alone: the engine thread
+//! moves requests into free slots only between steps, so a burst would otherwise be
+//! refused while slots sit free. The queue therefore also counts the items taken out to
+//! run, until the engine says each is done; a push is refused only when running plus
+//! waiting items fill every slot and every waiting place.
 
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -17,23 +23,30 @@ pub enum PushError<T> {
 pub struct WaitQueue<T> {
     state: Mutex<State<T>>,
     wake: Condvar,
+    /// Waiting places beyond the slots.
     capacity: usize,
+    slots: usize,
 }
 
 struct State<T> {
     items: VecDeque<T>,
+    /// Items popped to run and not yet `finish_one`d.
+    running: usize,
     closed: bool,
 }
 
 impl<T> WaitQueue<T> {
-    pub fn new(capacity: usize) -> Self {
+    /// `capacity` places to wait in, besides `slots` places to run.
+    pub fn new(capacity: usize, slots: usize) -> Self {
         Self {
-            state: Mutex::new(State { items: VecDeque::new(), closed: false }),
+            state: Mutex::new(State { items: VecDeque::new(), running: 0, closed: false }),
             wake: Condvar::new(),
             capacity,
+            slots,
         }
     }
 
+    /// Waiting places (beyond the slots).
     pub fn capacity(&self) -> usize {
         self.capacity
     }
@@ -43,7 +56,7 @@ impl<T> WaitQueue<T> {
         if state.closed {
             return Err(PushError::Closed(item));
         }
-        if state.items.len() >= self.capacity {
+        if state.items.len() + state.running >= self.capacity + self.slots {
             return Err(PushError::Full(item));
         }
         state.items.push_back(item);
@@ -52,9 +65,18 @@ impl<T> WaitQueue<T> {
         Ok(())
     }
 
-    /// Oldest item, if any, without blocking.
+    /// Oldest item, if any, without blocking; it counts as running until `finish_one`.
     pub fn pop(&self) -> Option<T> {
-        self.lock().items.pop_front()
+        let mut state = self.lock();
+        let item = state.items.pop_front();
+        state.running += usize::from(item.is_some());
+        item
+    }
+
+    /// A popped item finished (or was dropped): its place is free again.
+    pub fn finish_one(&self) {
+        let mut state = self.lock();
+        state.running = state.running.saturating_sub(1);
     }
 
     /// Removes every waiting item for which `remove` is true, returning them in order.
@@ -124,18 +146,35 @@ mod tests {
 
     #[test]
     fn rejects_when_full_and_keeps_fifo_order() {
-        let q = WaitQueue::new(2);
+        let q = WaitQueue::new(2, 0);
         q.push(1).unwrap();
         q.push(2).unwrap();
         assert_eq!(q.push(3), Err(PushError::Full(3)));
         assert_eq!(q.pop(), Some(1));
+        assert_eq!(q.push(3), Err(PushError::Full(3)), "a popped item holds its place until it finishes");
+        q.finish_one();
         q.push(4).unwrap();
         assert_eq!((q.pop(), q.pop(), q.pop()), (Some(2), Some(4), None));
     }
 
     #[test]
+    fn free_slots_count_as_places_before_the_engine_takes_anything() {
+        // 8 slots and 4 waiting places: a burst of 12 all get in, the 13th does not.
+        let q = WaitQueue::new(4, 8);
+        for i in 0..12 {
+            q.push(i).unwrap();
+        }
+        assert_eq!(q.push(12), Err(PushError::Full(12)));
+        // Nothing waits, nothing runs: even zero waiting places admit one per slot.
+        let q = WaitQueue::new(0, 2);
+        q.push(1).unwrap();
+        q.push(2).unwrap();
+        assert_eq!(q.push(3), Err(PushError::Full(3)));
+    }
+
+    #[test]
     fn closed_queue_refuses_pushes_and_returns_leftovers() {
-        let q = WaitQueue::new(4);
+        let q = WaitQueue::new(4, 0);
         q.push("a").unwrap();
         assert_eq!(q.close(), vec!["a"]);
         assert_eq!(q.push("b"), Err(PushError::Closed("b")));
@@ -144,7 +183,7 @@ mod tests {
 
     #[test]
     fn remove_where_takes_matching_items_only() {
-        let q = WaitQueue::new(8);
+        let q = WaitQueue::new(8, 0);
         for i in 0..6 {
             q.push(i).unwrap();
         }
@@ -155,7 +194,7 @@ mod tests {
 
     #[test]
     fn waiter_wakes_on_push_from_another_thread() {
-        let q = Arc::new(WaitQueue::new(1));
+        let q = Arc::new(WaitQueue::new(1, 0));
         let pusher = Arc::clone(&q);
         let t = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(50));

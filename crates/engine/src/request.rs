@@ -23,7 +23,7 @@ impl ChatMessage {
     }
 }
 
-/// Per-request sampling. `temperature == 0` means greedy.
+/// Per-request sampling. `temperature` 0 (or below 1e-5) means greedy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SamplingParams {
     pub temperature: f32,
@@ -46,8 +46,10 @@ impl SamplingParams {
         Self { temperature: 0.0, ..Self::default() }
     }
 
+    /// Temperatures this small are greedy, as in vLLM (`_SAMPLING_EPS`): dividing logits
+    /// by a vanishing temperature would overflow them into garbage.
     pub fn is_greedy(&self) -> bool {
-        self.temperature <= 0.0
+        self.temperature < 1e-5
     }
 }
 
@@ -171,4 +173,20 @@ pub struct Completion {
     pub usage: Usage,
     pub timings: ServerTimings,
     pub error: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vanishing_temperatures_are_greedy_not_overflowing() {
+        let t = |temperature| SamplingParams { temperature, ..SamplingParams::default() };
+        for greedy in [0.0, 1e-40, 1e-6] {
+            assert!(t(greedy).is_greedy(), "{greedy}");
+        }
+        for sampled in [1e-4, 0.7, 2.0] {
+            assert!(!t(sampled).is_greedy(), "{sampled}");
+        }
+    }
 }

@@ -143,6 +143,7 @@ impl<E: Executor> Scheduler<E> {
         while self.admission_order.len() < self.slots.len() {
             let Some(request) = self.queue.pop() else { break };
             if request.is_cancelled() {
+                self.queue.finish_one();
                 self.stats.record_finished(request.prompt.len() as u32, 0, true);
                 continue;
             }
@@ -381,6 +382,7 @@ impl<E: Executor> Scheduler<E> {
             self.prefix_cache.store(slot, seq.kv_tokens().collect());
         }
         self.admission_order.retain(|&s| s != slot);
+        self.queue.finish_one();
         let id = seq.request.id;
         let completion = seq.finish(reason, error);
         tracing::debug!(id, reason = reason.as_str(), tokens = completion.usage.completion_tokens, "sequence released");

@@ -99,7 +99,7 @@ impl Harness {
     }
 
     fn with_cache(max_running: usize, max_batch_tokens: usize, prefix_caching: bool, host_bytes: usize) -> Self {
-        let queue = Arc::new(WaitQueue::new(16));
+        let queue = Arc::new(WaitQueue::new(16, max_running));
         let executor = RecordingExecutor {
             max_batch_tokens,
             batches: Vec::new(),

@@ -43,9 +43,13 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    // An empty key (RILLM_API_KEY= set by a broken deployment) must not silently mean "no auth".
+    if args.api_key.as_deref().is_some_and(|k| k.trim().is_empty()) {
+        anyhow::bail!("the API key is empty (--api-key or RILLM_API_KEY); give a key, or unset it to serve without auth");
+    }
     let engine_config = args.model.engine_config(args.max_running, args.max_waiting)?;
     let server_config = ServerConfig {
-        api_key: args.api_key.filter(|k| !k.is_empty()),
+        api_key: args.api_key,
         log_prompts: args.log_prompts,
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
         max_body_bytes: args.max_body_bytes,
@@ -56,37 +60,67 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         let addr: SocketAddr = format!("{}:{}", args.host, args.port).parse()?;
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let local = listener.local_addr()?;
+        let shutdown = shutdown_signal()?;
         // Machine-readable: tests and scripts wait for this line.
         println!("rillm: listening on http://{local}");
         tracing::info!(%local, threads = engine_config.threads, max_running = engine_config.max_running, "listening; loading model");
         let load = move || {
             Engine::start(engine_config).map(|e| Arc::new(e) as Arc<dyn Backend>).map_err(|e| e.to_string())
         };
-        rillm_server::run(listener, server_config, load, shutdown_signal()).await?;
+        rillm_server::run(listener, server_config, load, shutdown).await?;
         tracing::info!("stopped");
         Ok(())
+    });
+    // A model still loading on a blocking thread is not waited for.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    served
+}
+
+/// The first SIGINT/SIGTERM starts a drain; a second one ends the process at once. The
+/// handlers are installed here, before the caller announces it is listening, so a signal
+/// that arrives while the model loads is a clean stop, not a kill.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()> + Send + 'static> {
+    let mut signals = Signals::install()?;
+    Ok(async move {
+        signals.next().await;
+        tracing::info!("shutdown signal received; a second signal exits at once");
+        tokio::spawn(async move {
+            signals.next().await;
+            tracing::warn!("second signal: exiting without waiting for in-flight requests");
+            std::process::exit(1);
+        });
     })
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+struct Signals {
     #[cfg(unix)]
-    {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => tokio::select! {
-                _ = ctrl_c => {},
-                _ = term.recv() => {},
-            },
-            Err(_) => {
-                let _ = ctrl_c.await;
-            }
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Self { term: signal(SignalKind::terminate())?, int: signal(SignalKind::interrupt())? })
         }
+        #[cfg(not(unix))]
+        Ok(Self {})
     }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-    tracing::info!("shutdown signal received");
+
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.term.recv() => {},
+            _ = self.int.recv() => {},
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

@@ -62,6 +62,40 @@ fn sigterm_lets_the_in_flight_stream_finish_then_exits_zero() {
 }
 
 #[test]
+fn sigterm_while_the_model_loads_exits_zero_promptly() {
+    let _g = serial();
+    let mut child = Command::new(BIN)
+        .args(["serve", "--port", "0", "--model"])
+        .arg(model())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    assert!(line.contains("listening"), "{line:?}");
+    // At once: the model is loading now.
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "a signal during load is a clean stop: {status:?}");
+}
+
+#[test]
+fn an_empty_api_key_is_refused_at_start() {
+    let out = Command::new(BIN).args(["serve", "--port", "0", "--model", "/nonexistent.gguf"]).env("RILLM_API_KEY", "").output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("API key is empty"), "{stderr}");
+}
+
+#[test]
 fn generate_streams_text_and_reports_timing() {
     let _g = serial();
     let out = Command::new(BIN)

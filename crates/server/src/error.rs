@@ -74,6 +74,10 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "invalid_request_error", "no such endpoint").with_code("not_found")
     }
 
+    pub fn method_not_allowed() -> Self {
+        Self::new(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", "this endpoint does not take that method").with_code("method_not_allowed")
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", message)
     }

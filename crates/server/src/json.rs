@@ -34,7 +34,7 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         return Err(ApiError::bad_request("the request body is empty; expected a JSON object"));
     }
     let de = &mut serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(de).map_err(|err| {
+    let value = serde_path_to_error::deserialize(&mut *de).map_err(|err| {
         let path = err.path().to_string();
         let inner = err.into_inner();
         if inner.is_syntax() || inner.is_eof() {
@@ -47,7 +47,10 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         } else {
             ApiError::invalid(path.clone(), format!("invalid `{path}`: {inner}")).with_code("invalid_type")
         }
-    })
+    })?;
+    // One JSON value and nothing after it: `{...} xyz` or two objects is not a request.
+    de.end().map_err(|e| ApiError::bad_request(format!("malformed JSON: unexpected data after the JSON value ({e})")).with_code("invalid_json"))?;
+    Ok(value)
 }
 
 /// serde reports a missing field only in its message: "missing field `prompt` at ...".
@@ -72,6 +75,15 @@ mod tests {
         let err = parse::<Req>(br#"{"prompt": "x", "max_tokens": "many"}"#).unwrap_err();
         assert_eq!(err.param.as_deref(), Some("max_tokens"));
         assert_eq!(err.status, StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn data_after_the_json_value_is_refused() {
+        for body in [&br#"{"prompt": "Hi"} xyz"#[..], br#"{"prompt": "Hi"}{"prompt": "again"}"#] {
+            let err = parse::<Req>(body).unwrap_err();
+            assert_eq!((err.status, err.code), (StatusCode::BAD_REQUEST, Some("invalid_json")), "{}", err.message);
+        }
+        assert!(parse::<Req>(b"{\"prompt\": \"Hi\"}  \n").is_ok(), "trailing whitespace is fine");
     }
 
     #[test]

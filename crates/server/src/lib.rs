@@ -84,6 +84,7 @@ pub fn router(state: AppState) -> Router {
         .route("/ready", get(routes::info::ready))
         .route("/metrics", get(routes::info::prometheus))
         .fallback(|| async { ApiError::not_found() })
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(DefaultBodyLimit::max(limit))
         .layer(Extension(json::BodyLimit(limit)))
         .layer(CatchPanicLayer::custom(panic_response))
@@ -121,11 +122,22 @@ where
         })
         .into_future();
     let server = tokio::spawn(server);
+    let upkeep = tokio::spawn(metrics::upkeep_forever());
 
-    let backend = tokio::task::spawn_blocking(load)
-        .await
-        .map_err(|e| ServeError::Load(e.to_string()))?
-        .map_err(ServeError::Load)?;
+    // A signal while the model loads stops the server at once: nothing is in flight.
+    tokio::pin!(shutdown);
+    let loaded = tokio::select! {
+        loaded = tokio::task::spawn_blocking(load) => loaded,
+        () = &mut shutdown => {
+            tracing::info!("shutdown while loading the model");
+            state.begin_draining();
+            let _ = stop_http.send(());
+            let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
+            upkeep.abort();
+            return Ok(());
+        }
+    };
+    let backend = loaded.map_err(|e| ServeError::Load(e.to_string()))?.map_err(ServeError::Load)?;
     state.set_backend(backend);
     tracing::info!(model = %state.model_name(), "ready");
 
@@ -134,5 +146,6 @@ where
     let _ = stop_http.send(());
     // Idle keep-alive connections can hold graceful shutdown open; don't wait on them long.
     let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
+    upkeep.abort();
     Ok(())
 }

@@ -92,6 +92,16 @@ fn render_prefix_cache(model: &str, p: &rillm_engine::PrefixCacheSnapshot) {
     gauge!(HOST_CACHE_RESTORE_SECONDS, "model_name" => model.to_string()).set(p.host_restore_micros as f64 / 1e6);
 }
 
+/// Histograms keep every sample until upkeep folds them in, which a scrape does; without
+/// scrapes they would grow with every token. This keeps memory flat for unscraped servers.
+pub async fn upkeep_forever() {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
+    loop {
+        tick.tick().await;
+        handle().run_upkeep();
+    }
+}
+
 pub fn record_rejected(reason: &'static str) {
     counter!(REJECTED, "reason" => reason).increment(1);
 }

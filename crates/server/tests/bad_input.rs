@@ -27,6 +27,8 @@ fn cases() -> Vec<Case> {
         raw("/v1/completions", "{\"prompt\": \"Hi\"", 400, None),
         raw("/v1/chat/completions", "not json at all", 400, None),
         raw("/generate", "", 400, None),
+        raw("/v1/completions", "{\"prompt\": \"Hi\", \"max_tokens\": 2} xyz", 400, None),
+        raw("/generate", "{\"prompt\": \"Hi\"}{\"prompt\": \"again\"}", 400, None),
         case("/generate", json!({"prompt": 42}), 400, Some("prompt")),
         case("/generate", json!({"max_tokens": 5}), 400, Some("prompt")),
         case("/generate", json!({"prompt": ""}), 400, Some("prompt")),
@@ -108,6 +110,13 @@ async fn oversized_body_is_413_unknown_path_404() {
     let r = server.client.get(server.url("/v2/nothing")).send().await.unwrap();
     assert_eq!(r.status(), 404);
     assert!(r.json::<Value>().await.unwrap()["error"]["message"].is_string());
+    // A known path with the wrong method: 405, with the same JSON error shape.
+    for (method, path) in [(reqwest::Method::GET, "/v1/completions"), (reqwest::Method::DELETE, "/generate"), (reqwest::Method::POST, "/health")] {
+        let r = server.client.request(method.clone(), server.url(path)).send().await.unwrap();
+        assert_eq!(r.status(), 405, "{method} {path}");
+        let v: Value = r.json().await.unwrap_or_else(|e| panic!("{method} {path}: non-JSON 405 body: {e}"));
+        assert_eq!(v["error"]["code"], "method_not_allowed", "{v}");
+    }
 }
 
 #[tokio::test]

@@ -176,3 +176,26 @@ async fn shutdown_timeout_cancels_streams_that_run_too_long() {
     server.join().await.expect("clean exit");
     assert!(started.elapsed() < Duration::from_secs(10));
 }
+
+/// Sends `n` requests at once; returns how many got 429.
+async fn burst(server: &TestServer, n: usize) -> usize {
+    let body = json!({"prompt": "Count slowly:", "max_tokens": 24, "ignore_eos": true});
+    let requests = (0..n).map(|_| server.client.post(server.url("/v1/completions")).json(&body).send());
+    let responses = futures::future::join_all(requests).await;
+    let statuses: Vec<u16> = responses.into_iter().map(|r| r.unwrap().status().as_u16()).collect();
+    assert!(statuses.iter().all(|&s| s == 200 || s == 429), "{statuses:?}");
+    statuses.iter().filter(|&&s| s == 429).count()
+}
+
+#[tokio::test]
+async fn a_burst_is_admitted_up_to_free_slots_plus_waiting_places_exactly() {
+    let server = TestServer::start(Options { max_running: 8, max_waiting: 4, ..Options::default() }).await;
+    assert_eq!(burst(&server, 12).await, 0, "8 slots and 4 waiting places hold 12");
+    assert_eq!(burst(&server, 20).await, 8, "the 13th to 20th are refused");
+    let server = {
+        drop(server);
+        TestServer::start(Options { max_running: 2, max_waiting: 0, ..Options::default() }).await
+    };
+    assert_eq!(burst(&server, 1).await, 0, "--max-waiting 0 still serves an idle server");
+    assert_eq!(burst(&server, 3).await, 1);
+}
