@@ -53,7 +53,9 @@ async fn each_engines_stream_is_read_in_full() {
         assert_eq!(r.completed, 2, "{what}");
         for q in &r.requests {
             let ttft = q.ttft_ms.unwrap();
-            assert!((18.0..80.0).contains(&ttft), "TTFT at the first token, reasoning included: {ttft} ({what})");
+            // A sanity range only (machines are noisy); the reasoning case below tells the
+            // first token from the first answer token by their order.
+            assert!((18.0..300.0).contains(&ttft), "TTFT at the first token, reasoning included: {ttft} ({what})");
             if framing == Framing::OpenaiReasoning {
                 // Half the tokens are reasoning: the answer starts three tokens later.
                 assert_eq!(q.text.as_deref(), Some(" t3 t4 t5"), "{what}");
