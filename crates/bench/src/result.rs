@@ -308,13 +308,8 @@ pub fn build(facts: RunFacts) -> BenchResult {
         offered: records.len(), completed, failed, rejected, shed, protocol: facts.protocol, have_tokens: tokens.is_some(),
         no_itl: itl.is_empty(), saturated, lag_p99, cpu: cpu_cores_used, slos: &facts.slos, open_loop, reasoning,
         without_tokens: token_summary.requests_without_token_count, estimated_tokens: token_summary.requests_with_estimated_tokens,
+        resent: records.iter().filter(|r| r.resent).count(),
     });
-    let resent = records.iter().filter(|r| r.resent).count();
-    if resent > 0 {
-        limits.push_str(&format!(
-            " {resent} requests were sent twice: the server closed a kept-alive connection as they went out, before any response; their timings start at the first attempt."
-        ));
-    }
     for note in &facts.notes {
         limits.push(' ');
         limits.push_str(note);
@@ -405,6 +400,7 @@ struct LimitFacts<'a> {
     reasoning: bool,
     without_tokens: usize,
     estimated_tokens: usize,
+    resent: usize,
 }
 
 fn limits_text(f: &LimitFacts) -> String {
@@ -428,6 +424,12 @@ fn limits_text(f: &LimitFacts) -> String {
     }
     if f.estimated_tokens > 0 {
         notes.push(format!("{} requests' output token counts are estimates: counted from their text with --tokenizer.", f.estimated_tokens));
+    }
+    if f.resent > 0 {
+        notes.push(format!(
+            "{} requests were sent twice: the server closed a kept-alive connection as they went out, before any response; their timings start at the first attempt.",
+            f.resent
+        ));
     }
     if f.reasoning {
         notes.push("Reasoning text counts as output for TTFT, gaps and events; time_to_first_answer_ms is to the first answer text.".into());

@@ -88,16 +88,20 @@ impl<'a> PromptSynth<'a> {
     /// Text of `n` words of a block: the same for the same id in every prompt of the run.
     pub fn block_text(&self, id: u64, n: u32) -> String {
         let mut words = Vec::with_capacity(n as usize);
-        // Block ids and prompt seeds live in different spaces.
-        self.seeded_words(id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xB10C, n, &mut words);
+        self.block_words(id, n, &mut words);
         words.join(" ")
+    }
+
+    fn block_words(&self, id: u64, n: u32, out: &mut Vec<&'static str>) {
+        // Block ids and prompt seeds live in different spaces.
+        self.seeded_words(id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xB10C, n, out);
     }
 
     /// Builds the prompt with `own` words of its own after its blocks.
     fn build(&self, plan: &PromptPlan, own: u32, chat: bool) -> PromptSpec {
         let mut words = Vec::new();
         for &(id, n) in &plan.blocks {
-            self.seeded_words(id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xB10C, n, &mut words);
+            self.block_words(id, n, &mut words);
         }
         self.seeded_words(plan.own_seed, own, &mut words);
         let body = words.join(" ");

@@ -112,9 +112,8 @@ impl<S> HostCache<S> {
 
     /// The state and tokens of entry `id`, marked as just used.
     pub fn take_for_restore(&mut self, id: u64) -> Option<(&S, &[TokenId])> {
-        self.clock += 1;
-        let entry = self.entries.get_mut(&id)?;
-        entry.last_used = self.clock;
+        self.touch(id);
+        let entry = self.entries.get(&id)?;
         Some((&entry.state, &entry.tokens))
     }
 
