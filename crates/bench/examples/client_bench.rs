@@ -33,11 +33,26 @@ fn main() {
     let addr = addr_rx.recv().unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     println!("client_bench: mock 50 ms TTFT, 10 ms ITL, 100 tokens; client and mock on one runtime thread each");
-    println!("{:>8} {:>14} {:>14} {:>14} {:>14} {:>12}", "streams", "TTFT err mean", "TTFT err p99", "ITL err mean", "ITL err p99", "client CPU");
+    println!(
+        "{:>8} {:>14} {:>14} {:>14} {:>14} {:>12}",
+        "streams", "TTFT err mean", "TTFT err p99", "ITL err mean", "ITL err p99", "client CPU"
+    );
     for streams in [1usize, 100, 1000] {
         let url = format!("http://{addr}/v1/completions");
         let requests = (streams * 2).max(5).to_string();
-        let argv = ["bench", "--url", &url, "--concurrency", &streams.to_string(), "--requests", &requests, "--max-tokens", "100", "--model", "mock"];
+        let argv = [
+            "bench",
+            "--url",
+            &url,
+            "--concurrency",
+            &streams.to_string(),
+            "--requests",
+            &requests,
+            "--max-tokens",
+            "100",
+            "--model",
+            "mock",
+        ];
         let cli = Cli::parse_from(argv);
         let out = rt.block_on(rillm_bench::run(cli.args, argv.join(" "))).expect("bench");
         let r = &out.levels[0];
@@ -45,7 +60,13 @@ fn main() {
         let itl = r.latency.itl_ms.expect("itl");
         println!(
             "{streams:>8} {:>11.2} ms {:>11.2} ms {:>11.2} ms {:>11.2} ms {:>9.2} cores   ({} of {} completed)",
-            ttft.mean - 50.0, ttft.p99 - 50.0, itl.mean - 10.0, itl.p99 - 10.0, r.client.cpu_cores_used, r.completed, r.offered_requests
+            ttft.mean - 50.0,
+            ttft.p99 - 50.0,
+            itl.mean - 10.0,
+            itl.p99 - 10.0,
+            r.client.cpu_cores_used,
+            r.completed,
+            r.offered_requests
         );
     }
 }

@@ -189,11 +189,8 @@ async fn exchange(target: &Target<'_>, body: &Value, sent: Instant, record: &mut
     let status = response.status();
     record.http_status = Some(status.as_u16());
     if !status.is_success() {
-        record.retry_after_s = response
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse().ok());
+        record.retry_after_s =
+            response.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
         let text = response.text().await.unwrap_or_default();
         let message = serde_json::from_str::<Value>(&text)
             .ok()
@@ -246,7 +243,8 @@ async fn exchange(target: &Target<'_>, body: &Value, sent: Instant, record: &mut
         }
     }
     if record.content_events == 0 {
-        record.error = Some(if end || finished { "stream ended with no content" } else { "stream closed with no content" }.into());
+        record.error =
+            Some(if end || finished { "stream ended with no content" } else { "stream closed with no content" }.into());
         return;
     }
     if !(end || finished) && target.protocol.has_end_marker() {

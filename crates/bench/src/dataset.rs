@@ -28,7 +28,8 @@ pub fn load(path: &Path, default_max_tokens: u32) -> Result<Vec<RequestSpec>, Da
             .filter(|(_, l)| !l.trim().is_empty())
             .map(|(i, line)| {
                 let v: Value = serde_json::from_str(line).map_err(|e| format_err(format!("line {}: {e}", i + 1)))?;
-                jsonl_record(&v, default_max_tokens).ok_or_else(|| format_err(format!("line {}: needs \"prompt\" or \"messages\"", i + 1)))
+                jsonl_record(&v, default_max_tokens)
+                    .ok_or_else(|| format_err(format!("line {}: needs \"prompt\" or \"messages\"", i + 1)))
             })
             .collect::<Result<Vec<_>, _>>()?
     } else {
@@ -65,7 +66,7 @@ fn read(path: &Path) -> Result<String, DatasetError> {
 
 /// A JSONL file whose first record has `turns` holds sessions.
 pub fn is_sessions_file(path: &Path) -> Result<bool, DatasetError> {
-    if !path.extension().is_some_and(|e| e == "jsonl") {
+    if path.extension().is_none_or(|e| e != "jsonl") {
         return Ok(false);
     }
     let text = read(path)?;
@@ -158,7 +159,10 @@ mod tests {
 
     #[test]
     fn sharegpt_takes_the_first_human_turn() {
-        let p = write("sg.json", r#"[{"conversations":[{"from":"system","value":"s"},{"from":"human","value":"Q1"},{"from":"gpt","value":"A"}]},{"conversations":[]}]"#);
+        let p = write(
+            "sg.json",
+            r#"[{"conversations":[{"from":"system","value":"s"},{"from":"human","value":"Q1"},{"from":"gpt","value":"A"}]},{"conversations":[]}]"#,
+        );
         let specs = load(&p, 32).unwrap();
         assert_eq!(specs.len(), 1);
         assert_eq!(specs[0].prompt, PromptSpec::Text("Q1".into()));
@@ -167,7 +171,10 @@ mod tests {
 
     #[test]
     fn jsonl_takes_prompts_messages_and_max_tokens() {
-        let p = write("d.jsonl", "{\"prompt\":\"a\",\"max_tokens\":5}\n\n{\"messages\":[{\"role\":\"user\",\"content\":\"b\"}]}\n");
+        let p = write(
+            "d.jsonl",
+            "{\"prompt\":\"a\",\"max_tokens\":5}\n\n{\"messages\":[{\"role\":\"user\",\"content\":\"b\"}]}\n",
+        );
         let specs = load(&p, 9).unwrap();
         assert_eq!(specs.len(), 2);
         assert_eq!(specs[0].max_tokens, 5);
@@ -188,7 +195,10 @@ mod tests {
         let bad = write("sbad.jsonl", "{\"turns\":[{\"x\":1}]}\n");
         assert!(load_sessions(&bad, 8).unwrap_err().to_string().contains("turn 1"));
 
-        let sg = write("sg2.json", r#"[{"id":"c1","conversations":[{"from":"system","value":"be brief"},{"from":"human","value":"Q1"},{"from":"gpt","value":"A1"},{"from":"human","value":"Q2"},{"from":"gpt","value":"A2"}]}]"#);
+        let sg = write(
+            "sg2.json",
+            r#"[{"id":"c1","conversations":[{"from":"system","value":"be brief"},{"from":"human","value":"Q1"},{"from":"gpt","value":"A1"},{"from":"human","value":"Q2"},{"from":"gpt","value":"A2"}]}]"#,
+        );
         assert!(!is_sessions_file(&sg).unwrap());
         let s = load_sessions(&sg, 16).unwrap();
         assert_eq!(s[0].turns.len(), 2);

@@ -21,7 +21,8 @@ impl LengthDist {
     pub fn sample(&self, rng: &mut impl Rng) -> u32 {
         match *self {
             Self::Normal { mean, stddev } if stddev > 0.0 => {
-                let normal = Normal::new(mean, stddev).unwrap_or_else(|_| Normal::new(mean, 0.0).expect("zero stddev is valid"));
+                let normal =
+                    Normal::new(mean, stddev).unwrap_or_else(|_| Normal::new(mean, 0.0).expect("zero stddev is valid"));
                 normal.sample(rng).round().max(1.0) as u32
             }
             Self::Normal { mean, .. } => mean.round().max(1.0) as u32,

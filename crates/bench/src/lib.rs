@@ -98,11 +98,14 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     };
     let built = workload::build(&args, protocol, &client, origin(&args.url), pool_size(&args, amount)).await?;
     if matches!(built.workload, Workload::Sessions(_)) && args.requests.is_some() {
-        return Err(BenchError::Args("--requests counts single requests; with sessions say how many with --sessions".into()));
+        return Err(BenchError::Args(
+            "--requests counts single requests; with sessions say how many with --sessions".into(),
+        ));
     }
     // A trace's output lengths are targets: ask the server to reach them.
     let ignore_eos = args.ignore_eos || matches!(built.workload, Workload::Trace(_));
-    let body = BodyOptions { model: model.clone(), ignore_eos, temperature: args.temperature, extra: args.extra_body.clone() };
+    let body =
+        BodyOptions { model: model.clone(), ignore_eos, temperature: args.temperature, extra: args.extra_body.clone() };
     let loads = levels(&args, &built.workload)?;
     let timeout = Duration::from_secs_f64(args.timeout.max(0.001));
     let slos = Slos { ttft_ms: args.ttft_slo_ms, tpot_ms: args.tpot_slo_ms, e2e_ms: args.e2e_slo_ms };
@@ -115,17 +118,34 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
         // Warm-up uses --prompt, never the measured prompts: it must not fill a prefix cache.
         let warm = Workload::Requests(vec![RequestSpec::new(PromptSpec::Text(args.prompt.clone()), args.max_tokens)]);
         let warm = Arc::new(LevelPlan {
-            url: args.url.clone(), protocol, api_key: args.api_key.clone(), workload: Arc::new(warm), body: body.clone(),
-            load: Load::Concurrency(1), amount: Amount::Requests(args.warmup), max_inflight: None,
-            timeout, seed: args.seed, progress: false,
+            url: args.url.clone(),
+            protocol,
+            api_key: args.api_key.clone(),
+            workload: Arc::new(warm),
+            body: body.clone(),
+            load: Load::Concurrency(1),
+            amount: Amount::Requests(args.warmup),
+            max_inflight: None,
+            timeout,
+            seed: args.seed,
+            progress: false,
         });
         runner::run_level(&client, warm).await;
     }
     let mut results = Vec::new();
     for load in loads {
         let plan = Arc::new(LevelPlan {
-            url: args.url.clone(), protocol, api_key: args.api_key.clone(), workload: Arc::clone(&workload), body: body.clone(),
-            load, amount, max_inflight: args.max_inflight, timeout, seed: args.seed, progress,
+            url: args.url.clone(),
+            protocol,
+            api_key: args.api_key.clone(),
+            workload: Arc::clone(&workload),
+            body: body.clone(),
+            load,
+            amount,
+            max_inflight: args.max_inflight,
+            timeout,
+            seed: args.seed,
+            progress,
         });
         let mut outcome = runner::run_level(&client, plan).await;
         if let Some(counter) = &output_counter {
@@ -160,7 +180,8 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
         std::fs::write(path, text).map_err(|source| BenchError::Write { path: path.display().to_string(), source })?;
     }
     if let Some(path) = &args.report {
-        std::fs::write(path, report::html(&output.levels)).map_err(|source| BenchError::Write { path: path.display().to_string(), source })?;
+        std::fs::write(path, report::html(&output.levels))
+            .map_err(|source| BenchError::Write { path: path.display().to_string(), source })?;
     }
     Ok(output)
 }
@@ -176,12 +197,16 @@ fn estimate_output_tokens(counter: &tokens::TokenCounter, records: &mut [client:
 }
 
 fn check_workload_args(args: &BenchArgs) -> Result<(), BenchError> {
-    let positive = [("--time-scale", args.time_scale), ("--input-scale", args.input_scale), ("--output-scale", args.output_scale)];
+    let positive =
+        [("--time-scale", args.time_scale), ("--input-scale", args.input_scale), ("--output-scale", args.output_scale)];
     if let Some((name, v)) = positive.iter().find(|(_, v)| !(v.is_finite() && *v > 0.0)) {
         return Err(BenchError::Args(format!("{name} must be positive, got {v}")));
     }
     if args.trace.is_some() && (!args.rate.is_empty() || !args.concurrency.is_empty()) {
-        return Err(BenchError::Args("a trace sets its own arrival times: drop --rate/--concurrency (stretch or squeeze it with --time-scale)".into()));
+        return Err(BenchError::Args(
+            "a trace sets its own arrival times: drop --rate/--concurrency (stretch or squeeze it with --time-scale)"
+                .into(),
+        ));
     }
     if args.multi_turn && args.dataset.is_none() {
         return Err(BenchError::Args("--multi-turn needs a ShareGPT --dataset".into()));
@@ -222,7 +247,11 @@ fn levels(args: &BenchArgs, workload: &Workload) -> Result<Vec<Load>, BenchError
         return Err(BenchError::Args("--burstiness must be positive".into()));
     }
     if !args.rate.is_empty() {
-        return Ok(args.rate.iter().map(|&rate| Load::Rate { rate, arrival: args.arrival, burstiness: args.burstiness }).collect());
+        return Ok(args
+            .rate
+            .iter()
+            .map(|&rate| Load::Rate { rate, arrival: args.arrival, burstiness: args.burstiness })
+            .collect());
     }
     if args.concurrency.contains(&0) {
         return Err(BenchError::Args("--concurrency must be at least 1".into()));
@@ -234,14 +263,28 @@ fn levels(args: &BenchArgs, workload: &Workload) -> Result<Vec<Load>, BenchError
 fn describe(load: Load, max_inflight: Option<usize>) -> LoadDescription {
     match load {
         Load::Rate { rate, arrival, burstiness } => LoadDescription {
-            mode: "rate", requested_rate_rps: Some(rate), arrival: Some(arrival), burstiness: Some(burstiness),
-            concurrency: None, max_inflight,
+            mode: "rate",
+            requested_rate_rps: Some(rate),
+            arrival: Some(arrival),
+            burstiness: Some(burstiness),
+            concurrency: None,
+            max_inflight,
         },
         Load::Concurrency(c) => LoadDescription {
-            mode: "concurrency", requested_rate_rps: None, arrival: None, burstiness: None, concurrency: Some(c), max_inflight: None,
+            mode: "concurrency",
+            requested_rate_rps: None,
+            arrival: None,
+            burstiness: None,
+            concurrency: Some(c),
+            max_inflight: None,
         },
         Load::Replay => LoadDescription {
-            mode: "trace", requested_rate_rps: None, arrival: None, burstiness: None, concurrency: None, max_inflight,
+            mode: "trace",
+            requested_rate_rps: None,
+            arrival: None,
+            burstiness: None,
+            concurrency: None,
+            max_inflight,
         },
     }
 }
@@ -272,9 +315,14 @@ fn run_context(args: &BenchArgs, model: Option<&str>, command: &str) -> Value {
         }
     }
     let host = origin(&args.url);
-    let loopback = ["127.", "localhost", "[::1]"].iter().any(|h| host.split("://").nth(1).is_some_and(|x| x.starts_with(h)));
+    let loopback =
+        ["127.", "localhost", "[::1]"].iter().any(|h| host.split("://").nth(1).is_some_and(|x| x.starts_with(h)));
     let device = args.device.clone().unwrap_or_else(|| {
-        if loopback { format!("this machine: {}", machine_description()) } else { "unknown (remote server; pass --device)".into() }
+        if loopback {
+            format!("this machine: {}", machine_description())
+        } else {
+            "unknown (remote server; pass --device)".into()
+        }
     });
     let scope = args.scope.clone().unwrap_or_else(|| {
         "Live requests from one client against one server endpoint; not a production load test.".to_string()
@@ -301,7 +349,12 @@ pub(crate) fn sha256_file(path: &std::path::Path) -> Option<String> {
 fn machine_description() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|s| s.trim().to_string()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
         .unwrap_or_else(|| std::env::consts::ARCH.to_string());
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     format!("{cpu}, {cores} cores, CPU only")

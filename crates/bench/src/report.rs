@@ -22,17 +22,19 @@ pub fn sweep_table(levels: &[BenchResult]) -> Value {
     Value::Array(
         levels
             .iter()
-            .map(|r| json!({
-                "level": level_name(r),
-                "requested_rate_rps": r.load.requested_rate_rps,
-                "concurrency": r.load.concurrency,
-                "achieved_rate_rps": r.achieved_rate_rps,
-                "throughput_rps": r.throughput_rps,
-                "goodput_rps": r.goodput_rps,
-                "slo_attainment_pct": r.slo_attainment_pct,
-                "rejected_429": r.rejected_429,
-                "ttft_p99_ms": r.latency.ttft_ms.map(|d| d.p99),
-            }))
+            .map(|r| {
+                json!({
+                    "level": level_name(r),
+                    "requested_rate_rps": r.load.requested_rate_rps,
+                    "concurrency": r.load.concurrency,
+                    "achieved_rate_rps": r.achieved_rate_rps,
+                    "throughput_rps": r.throughput_rps,
+                    "goodput_rps": r.goodput_rps,
+                    "slo_attainment_pct": r.slo_attainment_pct,
+                    "rejected_429": r.rejected_429,
+                    "ttft_p99_ms": r.latency.ttft_ms.map(|d| d.p99),
+                })
+            })
             .collect(),
     )
 }
@@ -46,7 +48,11 @@ pub fn knee(levels: &[BenchResult]) -> Option<usize> {
 fn dist_row(out: &mut String, name: &str, d: &Option<Distribution>) {
     match d {
         Some(d) => {
-            let _ = writeln!(out, "  {name:<24} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}", d.mean, d.p50, d.p90, d.p99, d.max);
+            let _ = writeln!(
+                out,
+                "  {name:<24} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
+                d.mean, d.p50, d.p90, d.p99, d.max
+            );
         }
         None => {
             let _ = writeln!(out, "  {name:<24} {:>9}", "n/a");
@@ -99,7 +105,11 @@ pub fn summary(levels: &[BenchResult]) -> String {
             t.requests_reporting_cached_tokens
         );
         if let Some(turns) = &r.per_turn {
-            let _ = writeln!(out, "  {:<8} {:>9} {:>11} {:>11} {:>13} {:>13}", "turn", "completed", "TTFT p50", "TTFT p90", "prompt tok", "cached tok");
+            let _ = writeln!(
+                out,
+                "  {:<8} {:>9} {:>11} {:>11} {:>13} {:>13}",
+                "turn", "completed", "TTFT p50", "TTFT p90", "prompt tok", "cached tok"
+            );
             for t in turns {
                 let _ = writeln!(
                     out,
@@ -113,7 +123,12 @@ pub fn summary(levels: &[BenchResult]) -> String {
                 );
             }
         }
-        let _ = writeln!(out, "  client CPU {:.2} cores{}", r.client.cpu_cores_used, if r.client.saturated { "  (SATURATED: see limits)" } else { "" });
+        let _ = writeln!(
+            out,
+            "  client CPU {:.2} cores{}",
+            r.client.cpu_cores_used,
+            if r.client.saturated { "  (SATURATED: see limits)" } else { "" }
+        );
         let _ = writeln!(out, "  limits: {}", r.limits);
     }
     if levels.len() > 1 {
@@ -121,7 +136,13 @@ pub fn summary(levels: &[BenchResult]) -> String {
         let _ = writeln!(out, "== goodput vs load ==");
         for (i, r) in levels.iter().enumerate() {
             let mark = if Some(i) == knee { "  <- knee" } else { "" };
-            let _ = writeln!(out, "  {:<18} goodput {:>8.3} req/s  attainment {:>5.1} %{mark}", level_name(r), r.goodput_rps, r.slo_attainment_pct);
+            let _ = writeln!(
+                out,
+                "  {:<18} goodput {:>8.3} req/s  attainment {:>5.1} %{mark}",
+                level_name(r),
+                r.goodput_rps,
+                r.slo_attainment_pct
+            );
         }
     }
     out
@@ -155,13 +176,22 @@ fn svg_plot(title: &str, x_label: &str, y_label: &str, series: &[(&str, Vec<(f64
         let c = colors[i % colors.len()];
         if lines {
             let path: Vec<String> = points.iter().map(|&(x, y)| format!("{:.1},{:.1}", sx(x), sy(y))).collect();
-            let _ = write!(svg, "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"2\" points=\"{}\"/>", path.join(" "));
+            let _ = write!(
+                svg,
+                "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"2\" points=\"{}\"/>",
+                path.join(" ")
+            );
         } else {
             for &(x, y) in points {
                 let _ = write!(svg, "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"2.5\" fill=\"{c}\"/>", sx(x), sy(y));
             }
         }
-        let _ = write!(svg, "<text x=\"{}\" y=\"{}\" font-size=\"11\" fill=\"{c}\">{name}</text>", W - PAD - 120.0, PAD + 14.0 * i as f64);
+        let _ = write!(
+            svg,
+            "<text x=\"{}\" y=\"{}\" font-size=\"11\" fill=\"{c}\">{name}</text>",
+            W - PAD - 120.0,
+            PAD + 14.0 * i as f64
+        );
     }
     svg.push_str("</svg>");
     svg
@@ -187,7 +217,12 @@ pub fn html(levels: &[BenchResult]) -> String {
     let over_time: Vec<(String, Vec<(f64, f64)>)> = levels
         .iter()
         .map(|r| {
-            let pts = r.requests.iter().filter(|q| q.status == Status::Completed).map(|q| (q.sent_ms / 1000.0, q.e2e_ms)).collect();
+            let pts = r
+                .requests
+                .iter()
+                .filter(|q| q.status == Status::Completed)
+                .map(|q| (q.sent_ms / 1000.0, q.e2e_ms))
+                .collect();
             (level_name(r), pts)
         })
         .collect();
@@ -197,9 +232,19 @@ pub fn html(levels: &[BenchResult]) -> String {
         let x = |r: &BenchResult| r.load.requested_rate_rps.or(r.load.concurrency.map(|c| c as f64)).unwrap_or(0.0);
         let goodput: Vec<(f64, f64)> = levels.iter().map(|r| (x(r), r.goodput_rps)).collect();
         let throughput: Vec<(f64, f64)> = levels.iter().map(|r| (x(r), r.throughput_rps)).collect();
-        body.push_str(&svg_plot("Goodput vs load", "load", "req/s", &[("goodput", goodput), ("throughput", throughput)], true));
+        body.push_str(&svg_plot(
+            "Goodput vs load",
+            "load",
+            "req/s",
+            &[("goodput", goodput), ("throughput", throughput)],
+            true,
+        ));
         if let Some(k) = knee(levels) {
-            let _ = write!(body, "<p>Knee: <b>{}</b> (highest load with ≥ 90 % SLO attainment).</p>", escape(&level_name(&levels[k])));
+            let _ = write!(
+                body,
+                "<p>Knee: <b>{}</b> (highest load with ≥ 90 % SLO attainment).</p>",
+                escape(&level_name(&levels[k]))
+            );
         }
     }
     format!(

@@ -259,14 +259,16 @@ const CPU_LIMIT_CORES: f64 = 0.5;
 pub fn build(facts: RunFacts) -> BenchResult {
     let records = &facts.records;
     let count = |s: Status| records.iter().filter(|r| r.status == s).count();
-    let (completed, failed, rejected, shed) = (count(Status::Completed), count(Status::Failed), count(Status::Rejected), count(Status::Shed));
+    let (completed, failed, rejected, shed) =
+        (count(Status::Completed), count(Status::Failed), count(Status::Rejected), count(Status::Shed));
     let sent_records: Vec<&RequestRecord> = records.iter().filter(|r| r.status != Status::Shed).collect();
     let done: Vec<&RequestRecord> = records.iter().filter(|r| r.status == Status::Completed).collect();
 
     // Duration: first scheduled arrival to the end of the last response.
     let first = records.iter().map(|r| r.scheduled_ms).fold(f64::INFINITY, f64::min);
     let last_end = sent_records.iter().map(|r| r.sent_ms + r.e2e_ms).fold(0.0, f64::max);
-    let duration_s = if records.is_empty() { 0.0 } else { ((last_end.max(first) - first) / 1000.0).max(facts.wall_s.min(1e-3)) };
+    let duration_s =
+        if records.is_empty() { 0.0 } else { ((last_end.max(first) - first) / 1000.0).max(facts.wall_s.min(1e-3)) };
     let per_s = |n: usize| if duration_s > 0.0 { n as f64 / duration_s } else { 0.0 };
     let dispatch_span_s = {
         let sends: Vec<f64> = sent_records.iter().map(|r| r.sent_ms).collect();
@@ -276,7 +278,9 @@ pub fn build(facts: RunFacts) -> BenchResult {
     // Open loop: the rate at which requests went out. Closed loop has no target rate, so
     // report what the workers sustained.
     let achieved_rate_rps = match facts.load.mode {
-        "rate" | "trace" if sent_records.len() > 1 && dispatch_span_s > 0.0 => (sent_records.len() - 1) as f64 / dispatch_span_s,
+        "rate" | "trace" if sent_records.len() > 1 && dispatch_span_s > 0.0 => {
+            (sent_records.len() - 1) as f64 / dispatch_span_s
+        }
         "rate" | "trace" => 0.0,
         _ => per_s(sent_records.len()),
     };
@@ -295,7 +299,11 @@ pub fn build(facts: RunFacts) -> BenchResult {
     let latency = Latencies {
         ttft_ms: Distribution::of(done.iter().filter_map(|r| r.ttft_ms)),
         ttft_from_schedule_ms: Distribution::of(done.iter().filter_map(|r| r.ttft_ms.map(|t| t + r.dispatch_lag_ms()))),
-        time_to_first_answer_ms: if reasoning { Distribution::of(done.iter().filter_map(|r| r.ttfat_ms)) } else { None },
+        time_to_first_answer_ms: if reasoning {
+            Distribution::of(done.iter().filter_map(|r| r.ttfat_ms))
+        } else {
+            None
+        },
         tpot_ms: Distribution::of(done.iter().filter_map(|r| r.tpot_ms())),
         itl_ms: Distribution::of(itl.iter().copied()),
         event_gap_ms: Distribution::of(done.iter().flat_map(|r| r.event_gaps_ms.iter().copied())),
@@ -305,9 +313,22 @@ pub fn build(facts: RunFacts) -> BenchResult {
     };
     let token_summary = token_summary(&sent_records, &done);
     let mut limits = limits_text(&LimitFacts {
-        offered: records.len(), completed, failed, rejected, shed, protocol: facts.protocol, have_tokens: tokens.is_some(),
-        no_itl: itl.is_empty(), saturated, lag_p99, cpu: cpu_cores_used, slos: &facts.slos, open_loop, reasoning,
-        without_tokens: token_summary.requests_without_token_count, estimated_tokens: token_summary.requests_with_estimated_tokens,
+        offered: records.len(),
+        completed,
+        failed,
+        rejected,
+        shed,
+        protocol: facts.protocol,
+        have_tokens: tokens.is_some(),
+        no_itl: itl.is_empty(),
+        saturated,
+        lag_p99,
+        cpu: cpu_cores_used,
+        slos: &facts.slos,
+        open_loop,
+        reasoning,
+        without_tokens: token_summary.requests_without_token_count,
+        estimated_tokens: token_summary.requests_with_estimated_tokens,
         resent: records.iter().filter(|r| r.resent).count(),
     });
     for note in &facts.notes {
@@ -415,15 +436,24 @@ fn limits_text(f: &LimitFacts) -> String {
     )];
     notes.push("SSE events are not necessarily model tokens: event_gaps_ms are gaps between content events.".into());
     if !f.have_tokens {
-        notes.push("The server reported no token usage: TPOT and output tokens/s are not given (--tokenizer counts them).".into());
+        notes.push(
+            "The server reported no token usage: TPOT and output tokens/s are not given (--tokenizer counts them)."
+                .into(),
+        );
     } else if f.no_itl {
         notes.push("Tokens per event are unknown, so token-level ITL is not given; see TPOT and event gaps.".into());
     }
     if f.have_tokens && f.without_tokens > 0 {
-        notes.push(format!("{} completed requests had no token count: output tokens/s counts only the others, an undercount.", f.without_tokens));
+        notes.push(format!(
+            "{} completed requests had no token count: output tokens/s counts only the others, an undercount.",
+            f.without_tokens
+        ));
     }
     if f.estimated_tokens > 0 {
-        notes.push(format!("{} requests' output token counts are estimates: counted from their text with --tokenizer.", f.estimated_tokens));
+        notes.push(format!(
+            "{} requests' output token counts are estimates: counted from their text with --tokenizer.",
+            f.estimated_tokens
+        ));
     }
     if f.resent > 0 {
         notes.push(format!(
@@ -435,10 +465,16 @@ fn limits_text(f: &LimitFacts) -> String {
         notes.push("Reasoning text counts as output for TTFT, gaps and events; time_to_first_answer_ms is to the first answer text.".into());
     }
     if !f.protocol.has_end_marker() {
-        notes.push("This protocol has no end-of-stream marker: a stream cut off early cannot be told from a short answer.".into());
+        notes.push(
+            "This protocol has no end-of-stream marker: a stream cut off early cannot be told from a short answer."
+                .into(),
+        );
     }
     if f.completed < 30 {
-        notes.push(format!("Only {} completed requests: p99 is close to the maximum, not a tail estimate.", f.completed));
+        notes.push(format!(
+            "Only {} completed requests: p99 is close to the maximum, not a tail estimate.",
+            f.completed
+        ));
     }
     notes.push(format!(
         "Of {} offered: {} completed, {} failed, {} rejected with 429, {} shed by the client.",

@@ -16,7 +16,11 @@ use crate::workload::Workload;
 
 #[derive(Debug, Clone, Copy)]
 pub enum Load {
-    Rate { rate: f64, arrival: Arrival, burstiness: f64 },
+    Rate {
+        rate: f64,
+        arrival: Arrival,
+        burstiness: f64,
+    },
     Concurrency(usize),
     /// At the workload's own recorded times (a trace).
     Replay,
@@ -62,7 +66,14 @@ impl LevelPlan {
     }
 
     /// Sends one request and labels its record.
-    pub async fn send(&self, client: &reqwest::Client, spec: &RequestSpec, index: usize, start: Instant, scheduled_ms: f64) -> RequestRecord {
+    pub async fn send(
+        &self,
+        client: &reqwest::Client,
+        spec: &RequestSpec,
+        index: usize,
+        start: Instant,
+        scheduled_ms: f64,
+    ) -> RequestRecord {
         let body = request_body(self.protocol, spec, &self.body);
         let mut record = send(&target(client, self), &body, start, scheduled_ms).await;
         record.index = index;
@@ -87,7 +98,14 @@ pub async fn run_level(client: &reqwest::Client, plan: Arc<LevelPlan>) -> LevelO
                     Amount::Requests(n) => (Some(n), None),
                     Amount::Duration(d) => (None, Some(d.as_secs_f64())),
                 };
-                open_loop(client, &plan, arrival_times(arrival, rate, burstiness, plan.seed, count, horizon), start, &bar).await
+                open_loop(
+                    client,
+                    &plan,
+                    arrival_times(arrival, rate, burstiness, plan.seed, count, horizon),
+                    start,
+                    &bar,
+                )
+                .await
             }
             Load::Replay => {
                 let times = match &*plan.workload {
@@ -114,7 +132,13 @@ pub fn target<'a>(client: &'a reqwest::Client, plan: &'a LevelPlan) -> Target<'a
 }
 
 /// Sends request `i` at `times[i]` seconds from `start`, never waiting for responses.
-async fn open_loop(client: &reqwest::Client, plan: &Arc<LevelPlan>, times: Vec<f64>, start: Instant, bar: &ProgressBar) -> Vec<RequestRecord> {
+async fn open_loop(
+    client: &reqwest::Client,
+    plan: &Arc<LevelPlan>,
+    times: Vec<f64>,
+    start: Instant,
+    bar: &ProgressBar,
+) -> Vec<RequestRecord> {
     bar.set_length(times.len() as u64);
     let in_flight = Arc::new(AtomicUsize::new(0));
     let mut tasks = JoinSet::new();
@@ -145,7 +169,13 @@ async fn open_loop(client: &reqwest::Client, plan: &Arc<LevelPlan>, times: Vec<f
     records.into_iter().map(|(_, r)| r).collect()
 }
 
-async fn closed_loop(client: &reqwest::Client, plan: &Arc<LevelPlan>, workers: usize, start: Instant, bar: &ProgressBar) -> Vec<RequestRecord> {
+async fn closed_loop(
+    client: &reqwest::Client,
+    plan: &Arc<LevelPlan>,
+    workers: usize,
+    start: Instant,
+    bar: &ProgressBar,
+) -> Vec<RequestRecord> {
     let next = Arc::new(AtomicUsize::new(0));
     let (limit, deadline) = match plan.amount {
         Amount::Requests(n) => (n, None),

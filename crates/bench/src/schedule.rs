@@ -17,7 +17,14 @@ pub enum Arrival {
 /// Seconds from the start of the run at which each request arrives: the first at 0, then
 /// gaps drawn from the process with mean `1 / rate`, until `count` arrivals or past
 /// `horizon_s`.
-pub fn arrival_times(arrival: Arrival, rate: f64, burstiness: f64, seed: u64, count: Option<usize>, horizon_s: Option<f64>) -> Vec<f64> {
+pub fn arrival_times(
+    arrival: Arrival,
+    rate: f64,
+    burstiness: f64,
+    seed: u64,
+    count: Option<usize>,
+    horizon_s: Option<f64>,
+) -> Vec<f64> {
     assert!(rate > 0.0 && rate.is_finite(), "rate must be positive");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let shape = if arrival == Arrival::Gamma { burstiness.max(1e-3) } else { 1.0 };

@@ -30,7 +30,13 @@ struct Played {
     not_sent: usize,
 }
 
-pub async fn run(client: &reqwest::Client, plan: &Arc<LevelPlan>, sessions: &[Session], start: Instant, bar: &ProgressBar) -> SessionsOutcome {
+pub async fn run(
+    client: &reqwest::Client,
+    plan: &Arc<LevelPlan>,
+    sessions: &[Session],
+    start: Instant,
+    bar: &ProgressBar,
+) -> SessionsOutcome {
     bar.set_length(sessions.iter().map(|s| s.turns.len() as u64).sum());
     let sessions: Arc<Vec<Session>> = Arc::new(sessions.to_vec());
     let played = match plan.load {
@@ -43,7 +49,8 @@ pub async fn run(client: &reqwest::Client, plan: &Arc<LevelPlan>, sessions: &[Se
             let mut tasks = JoinSet::new();
             for (i, t) in times.into_iter().enumerate() {
                 tokio::time::sleep_until((start + Duration::from_secs_f64(t)).into()).await;
-                let (client, plan, sessions, bar) = (client.clone(), Arc::clone(plan), Arc::clone(&sessions), bar.clone());
+                let (client, plan, sessions, bar) =
+                    (client.clone(), Arc::clone(plan), Arc::clone(&sessions), bar.clone());
                 tasks.spawn(async move { play(&client, &plan, &sessions, i, start, &bar).await });
             }
             tasks.join_all().await
@@ -55,7 +62,14 @@ pub async fn run(client: &reqwest::Client, plan: &Arc<LevelPlan>, sessions: &[Se
 }
 
 /// `workers` sessions open at once; each worker starts the next session when its own ends.
-async fn closed_loop(client: &reqwest::Client, plan: &Arc<LevelPlan>, sessions: &Arc<Vec<Session>>, workers: usize, start: Instant, bar: &ProgressBar) -> Vec<Played> {
+async fn closed_loop(
+    client: &reqwest::Client,
+    plan: &Arc<LevelPlan>,
+    sessions: &Arc<Vec<Session>>,
+    workers: usize,
+    start: Instant,
+    bar: &ProgressBar,
+) -> Vec<Played> {
     let deadline = match plan.amount {
         Amount::Duration(d) => Some(start + d),
         Amount::Requests(_) => None,
@@ -63,7 +77,8 @@ async fn closed_loop(client: &reqwest::Client, plan: &Arc<LevelPlan>, sessions: 
     let next = Arc::new(AtomicUsize::new(0));
     let mut tasks = JoinSet::new();
     for _ in 0..workers {
-        let (client, plan, sessions, bar, next) = (client.clone(), Arc::clone(plan), Arc::clone(sessions), bar.clone(), Arc::clone(&next));
+        let (client, plan, sessions, bar, next) =
+            (client.clone(), Arc::clone(plan), Arc::clone(sessions), bar.clone(), Arc::clone(&next));
         tasks.spawn(async move {
             let mut mine = Vec::new();
             loop {
@@ -91,7 +106,14 @@ fn outcome(mut played: Vec<Played>) -> SessionsOutcome {
     SessionsOutcome { records, sessions_cut, turns_not_sent }
 }
 
-async fn play(client: &reqwest::Client, plan: &LevelPlan, sessions: &[Session], i: usize, start: Instant, bar: &ProgressBar) -> Played {
+async fn play(
+    client: &reqwest::Client,
+    plan: &LevelPlan,
+    sessions: &[Session],
+    i: usize,
+    start: Instant,
+    bar: &ProgressBar,
+) -> Played {
     let session = &sessions[i];
     let mut history = Vec::new();
     let mut records = Vec::with_capacity(session.turns.len());

@@ -122,11 +122,7 @@ impl<'a> PromptSynth<'a> {
     pub async fn prompt(&mut self, plan: &PromptPlan, chat: bool) -> Result<(PromptSpec, Option<u32>), TokenizerError> {
         let fixed: u32 = plan.blocks.iter().map(|b| b.1).sum::<u32>() + plan.system.map_or(0, |s| s.1);
         // The same shape with no words: BOS, chat template, an empty system message.
-        let empty = PromptPlan {
-            blocks: Vec::new(),
-            system: plan.system.map(|(id, _)| (id, 0)),
-            ..plan.clone()
-        };
+        let empty = PromptPlan { blocks: Vec::new(), system: plan.system.map(|(id, _)| (id, 0)), ..plan.clone() };
         let Some(overhead) = self.counter.count(&self.build(&empty, 0, chat)).await? else {
             // Estimating: one token per word and nothing else.
             let words = match plan.length {
@@ -165,24 +161,24 @@ impl<'a> PromptSynth<'a> {
 /// Common English words, most of them one token in BPE vocabularies.
 const WORDS: &[&str] = &[
     "the", "of", "and", "to", "in", "is", "for", "that", "with", "on", "as", "was", "by", "at", "from", "this", "be",
-    "or", "an", "are", "it", "not", "have", "but", "which", "one", "all", "had", "their", "has", "were", "more",
-    "can", "time", "will", "about", "there", "also", "new", "other", "some", "what", "when", "first", "two", "into",
-    "out", "only", "would", "most", "people", "many", "made", "over", "then", "after", "such", "these", "years",
-    "year", "state", "used", "may", "world", "between", "where", "could", "city", "well", "both", "through", "work",
-    "during", "part", "back", "under", "three", "school", "around", "known", "water", "day", "life", "name", "early",
-    "family", "system", "long", "music", "while", "before", "great", "since", "group", "number", "power", "house",
-    "team", "place", "high", "later", "game", "small", "often", "second", "film", "public", "found", "each", "book",
-    "local", "left", "area", "based", "order", "large", "line", "show", "set", "play", "end", "four", "light",
-    "began", "case", "good", "country", "land", "became", "south", "north", "west", "east", "river", "road", "party",
-    "point", "level", "field", "market", "story", "model", "data", "value", "form", "design", "plan", "building",
-    "season", "church", "village", "company", "member", "office", "court", "report", "program", "study", "history",
-    "process", "street", "table", "paper", "energy", "health", "figure", "window", "garden", "forest", "island",
-    "bridge", "train", "cloud", "stone", "summer", "winter", "spring", "morning", "evening", "letter", "simple",
-    "common", "green", "blue", "black", "white", "red", "open", "close", "young", "old", "short", "strong", "free",
-    "full", "half", "real", "clear", "friend", "father", "mother", "child", "woman", "man", "king", "army", "war",
-    "peace", "law", "money", "price", "cost", "food", "tree", "sea", "sun", "moon", "star", "fire", "air", "earth",
-    "rain", "snow", "wind", "hand", "head", "eye", "face", "door", "room", "car", "ship", "boat", "horse", "dog",
-    "bird", "fish", "bread", "milk", "wood", "gold", "iron",
+    "or", "an", "are", "it", "not", "have", "but", "which", "one", "all", "had", "their", "has", "were", "more", "can",
+    "time", "will", "about", "there", "also", "new", "other", "some", "what", "when", "first", "two", "into", "out",
+    "only", "would", "most", "people", "many", "made", "over", "then", "after", "such", "these", "years", "year",
+    "state", "used", "may", "world", "between", "where", "could", "city", "well", "both", "through", "work", "during",
+    "part", "back", "under", "three", "school", "around", "known", "water", "day", "life", "name", "early", "family",
+    "system", "long", "music", "while", "before", "great", "since", "group", "number", "power", "house", "team",
+    "place", "high", "later", "game", "small", "often", "second", "film", "public", "found", "each", "book", "local",
+    "left", "area", "based", "order", "large", "line", "show", "set", "play", "end", "four", "light", "began", "case",
+    "good", "country", "land", "became", "south", "north", "west", "east", "river", "road", "party", "point", "level",
+    "field", "market", "story", "model", "data", "value", "form", "design", "plan", "building", "season", "church",
+    "village", "company", "member", "office", "court", "report", "program", "study", "history", "process", "street",
+    "table", "paper", "energy", "health", "figure", "window", "garden", "forest", "island", "bridge", "train", "cloud",
+    "stone", "summer", "winter", "spring", "morning", "evening", "letter", "simple", "common", "green", "blue",
+    "black", "white", "red", "open", "close", "young", "old", "short", "strong", "free", "full", "half", "real",
+    "clear", "friend", "father", "mother", "child", "woman", "man", "king", "army", "war", "peace", "law", "money",
+    "price", "cost", "food", "tree", "sea", "sun", "moon", "star", "fire", "air", "earth", "rain", "snow", "wind",
+    "hand", "head", "eye", "face", "door", "room", "car", "ship", "boat", "horse", "dog", "bird", "fish", "bread",
+    "milk", "wood", "gold", "iron",
 ];
 
 #[cfg(test)]
@@ -203,8 +199,10 @@ mod tests {
     async fn shared_blocks_give_shared_prefixes_and_own_words_differ() {
         let counter = TokenCounter::Estimate;
         let mut synth = PromptSynth::new(&counter, 1).await.unwrap();
-        let a = PromptPlan { blocks: vec![(1, 30), (2, 30)], own_seed: 10, length: PromptLength::Total(70), system: None };
-        let b = PromptPlan { blocks: vec![(1, 30), (3, 30)], own_seed: 11, length: PromptLength::Total(70), system: None };
+        let a =
+            PromptPlan { blocks: vec![(1, 30), (2, 30)], own_seed: 10, length: PromptLength::Total(70), system: None };
+        let b =
+            PromptPlan { blocks: vec![(1, 30), (3, 30)], own_seed: 11, length: PromptLength::Total(70), system: None };
         let (PromptSpec::Text(ta), None) = synth.prompt(&a, false).await.unwrap() else { panic!() };
         let (PromptSpec::Text(tb), None) = synth.prompt(&b, false).await.unwrap() else { panic!() };
         let shared = ta.chars().zip(tb.chars()).take_while(|(x, y)| x == y).count();

@@ -57,7 +57,12 @@ impl TokenCounter {
     /// The target's `/tokenize` if it answers in a shape we know; `Estimate` otherwise.
     pub async fn probe(client: &reqwest::Client, base: &str, api_key: Option<&str>) -> Self {
         for flavor in [Flavor::Vllm, Flavor::LlamaCpp] {
-            let remote = RemoteTokenizer { client: client.clone(), base: base.to_string(), api_key: api_key.map(str::to_string), flavor };
+            let remote = RemoteTokenizer {
+                client: client.clone(),
+                base: base.to_string(),
+                api_key: api_key.map(str::to_string),
+                flavor,
+            };
             if remote.count(&PromptSpec::Text("Hello world".into())).await.is_ok_and(|n| n > 0) {
                 return Self::Remote(remote);
             }
@@ -70,7 +75,8 @@ impl TokenCounter {
         match self {
             Self::Local { tokenizer, .. } => {
                 let text = prompt.as_text();
-                let encoding = tokenizer.encode(text.as_str(), true).map_err(|e| TokenizerError::Count(e.to_string()))?;
+                let encoding =
+                    tokenizer.encode(text.as_str(), true).map_err(|e| TokenizerError::Count(e.to_string()))?;
                 Ok(Some(encoding.len() as u32))
             }
             Self::Remote(remote) => remote.count(prompt).await.map(Some).map_err(TokenizerError::Count),
@@ -101,7 +107,10 @@ impl TokenCounter {
                 r.base,
                 if r.flavor == Flavor::Vllm { "vLLM shape" } else { "llama.cpp shape" }
             ),
-            Self::Estimate => "approximate: no tokenizer given and the target has no /tokenize; one token per synthetic word assumed".into(),
+            Self::Estimate => {
+                "approximate: no tokenizer given and the target has no /tokenize; one token per synthetic word assumed"
+                    .into()
+            }
         }
     }
 
@@ -133,7 +142,11 @@ impl RemoteTokenizer {
                     PromptSpec::Messages(messages) => json!({"messages": messages}),
                 };
                 let v = self.post("/tokenize", body).await?;
-                v["count"].as_u64().map(|n| n as u32).or_else(|| tokens(&v)).ok_or_else(|| "no count in /tokenize's answer".into())
+                v["count"]
+                    .as_u64()
+                    .map(|n| n as u32)
+                    .or_else(|| tokens(&v))
+                    .ok_or_else(|| "no count in /tokenize's answer".into())
             }
             Flavor::LlamaCpp => {
                 let text = match prompt {

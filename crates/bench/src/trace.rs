@@ -49,7 +49,14 @@ pub struct TraceScaling {
 
 impl Default for TraceScaling {
     fn default() -> Self {
-        Self { time_scale: 1.0, input_scale: 1.0, output_scale: 1.0, max_input_tokens: None, max_output_tokens: None, offset: 0 }
+        Self {
+            time_scale: 1.0,
+            input_scale: 1.0,
+            output_scale: 1.0,
+            max_input_tokens: None,
+            max_output_tokens: None,
+            offset: 0,
+        }
     }
 }
 
@@ -114,12 +121,19 @@ pub fn detect(path: &Path, text: &str) -> Option<TraceFormat> {
 
 /// Reads up to `limit` records after `scaling.offset` (all when `None`), scaled, with
 /// arrivals relative to the first replayed record, stopping past `horizon_s` (scaled).
-pub fn load(path: &Path, format: TraceFormat, scaling: &TraceScaling, limit: Option<usize>, horizon_s: Option<f64>) -> Result<(TraceFormat, Vec<TraceRequest>), TraceError> {
+pub fn load(
+    path: &Path,
+    format: TraceFormat,
+    scaling: &TraceScaling,
+    limit: Option<usize>,
+    horizon_s: Option<f64>,
+) -> Result<(TraceFormat, Vec<TraceRequest>), TraceError> {
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|source| TraceError::Io { path: name.clone(), source })?;
     let err = |message: String| TraceError::Format { path: name.clone(), message };
     let format = match format {
-        TraceFormat::Auto => detect(path, &text).ok_or_else(|| err("cannot tell the trace format; pass --trace-format mooncake|azure|burstgpt".into()))?,
+        TraceFormat::Auto => detect(path, &text)
+            .ok_or_else(|| err("cannot tell the trace format; pass --trace-format mooncake|azure|burstgpt".into()))?,
         f => f,
     };
     // Parse only what the run replays: a one-hour trace has tens of thousands of rows.
@@ -161,7 +175,12 @@ fn mooncake(text: &str, wanted: Option<usize>) -> Result<Vec<Raw>, String> {
     let mut out = Vec::new();
     for (i, line) in lines.take(wanted.unwrap_or(usize::MAX)) {
         let m: MooncakeLine = serde_json::from_str(line).map_err(|e| format!("line {}: {e}", i + 1))?;
-        out.push(Raw { at_s: m.timestamp / 1000.0, input: m.input_length, output: m.output_length, hash_ids: m.hash_ids });
+        out.push(Raw {
+            at_s: m.timestamp / 1000.0,
+            input: m.input_length,
+            output: m.output_length,
+            hash_ids: m.hash_ids,
+        });
     }
     Ok(out)
 }
@@ -210,7 +229,13 @@ mod tests {
     #[test]
     fn azure_rows_replay_relative_to_the_first_with_scaling() {
         let p = write("az.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109\n2023-11-16 18:15:51.0000000,3,1\n");
-        let scaling = TraceScaling { time_scale: 2.0, input_scale: 0.1, output_scale: 0.5, max_output_tokens: Some(40), ..TraceScaling::default() };
+        let scaling = TraceScaling {
+            time_scale: 2.0,
+            input_scale: 0.1,
+            output_scale: 0.5,
+            max_output_tokens: Some(40),
+            ..TraceScaling::default()
+        };
         let (format, t) = load(&p, TraceFormat::Auto, &scaling, None, None).unwrap();
         assert_eq!(format, TraceFormat::Azure);
         assert_eq!(t.len(), 3);
@@ -247,16 +272,21 @@ mod tests {
         let (format, t) = load(&p, TraceFormat::Auto, &TraceScaling::default(), None, None).unwrap();
         assert_eq!(format, TraceFormat::Burstgpt);
         assert_eq!((t[1].at_s, t[1].input_tokens, t[1].output_tokens), (2.5, 1087, 1));
-        let bad = write("bad.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,12,3\nyesterday,1,1\n");
+        let bad =
+            write("bad.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,12,3\nyesterday,1,1\n");
         let e = load(&bad, TraceFormat::Azure, &TraceScaling::default(), None, None).unwrap_err().to_string();
         assert!(e.contains("row 3"), "{e}");
         let unknown = write("u.csv", "a,b\n1,2\n");
-        assert!(load(&unknown, TraceFormat::Auto, &TraceScaling::default(), None, None).unwrap_err().to_string().contains("--trace-format"));
+        assert!(load(&unknown, TraceFormat::Auto, &TraceScaling::default(), None, None)
+            .unwrap_err()
+            .to_string()
+            .contains("--trace-format"));
     }
 
     #[test]
     fn the_shared_azure_trace_parses_if_present() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/azure-llm-2023-conv.csv");
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/azure-llm-2023-conv.csv");
         if !path.exists() {
             eprintln!("skipped: {} not present", path.display());
             return;

@@ -66,7 +66,13 @@ async fn counter(args: &BenchArgs, client: &reqwest::Client, base: &str) -> Resu
     }
 }
 
-pub async fn build(args: &BenchArgs, protocol: Protocol, client: &reqwest::Client, base: &str, pool_size: usize) -> Result<Built, BenchError> {
+pub async fn build(
+    args: &BenchArgs,
+    protocol: Protocol,
+    client: &reqwest::Client,
+    base: &str,
+    pool_size: usize,
+) -> Result<Built, BenchError> {
     let chat = protocol == Protocol::Chat;
     if let Some(path) = &args.trace {
         let counter = counter(args, client, base).await?;
@@ -96,7 +102,11 @@ pub async fn build(args: &BenchArgs, protocol: Protocol, client: &reqwest::Clien
         return synthetic_requests(args, chat, &counter, pool_size).await;
     }
     let spec = RequestSpec::new(PromptSpec::Text(args.prompt.clone()), args.max_tokens);
-    Ok(Built { workload: Workload::Requests(vec![spec]), description: json!({"kind": "prompt", "prompts": 1}), notes: Vec::new() })
+    Ok(Built {
+        workload: Workload::Requests(vec![spec]),
+        description: json!({"kind": "prompt", "prompts": 1}),
+        notes: Vec::new(),
+    })
 }
 
 fn output_dist(args: &BenchArgs) -> LengthDist {
@@ -116,7 +126,12 @@ fn prompt_notes(counter: &TokenCounter, synth: &PromptSynth, made: usize, chat: 
     notes
 }
 
-async fn trace_workload(args: &BenchArgs, path: &std::path::Path, chat: bool, counter: &TokenCounter) -> Result<Built, BenchError> {
+async fn trace_workload(
+    args: &BenchArgs,
+    path: &std::path::Path,
+    chat: bool,
+    counter: &TokenCounter,
+) -> Result<Built, BenchError> {
     let scaling = TraceScaling {
         time_scale: args.time_scale,
         input_scale: args.input_scale,
@@ -144,7 +159,10 @@ async fn trace_workload(args: &BenchArgs, path: &std::path::Path, chat: bool, co
         }
         let plan = PromptPlan { blocks, own_seed: i as u64, length: PromptLength::Total(r.input_tokens), system: None };
         let (prompt, counted) = synth.prompt(&plan, chat).await?;
-        requests.push(TimedRequest { at_s: r.at_s, spec: RequestSpec { prompt, max_tokens: r.output_tokens, prompt_tokens: counted } });
+        requests.push(TimedRequest {
+            at_s: r.at_s,
+            spec: RequestSpec { prompt, max_tokens: r.output_tokens, prompt_tokens: counted },
+        });
     }
     let notes = prompt_notes(counter, &synth, requests.len(), chat);
     let description = json!({
@@ -162,7 +180,12 @@ async fn trace_workload(args: &BenchArgs, path: &std::path::Path, chat: bool, co
     Ok(Built { workload: Workload::Trace(requests), description, notes })
 }
 
-async fn synthetic_requests(args: &BenchArgs, chat: bool, counter: &TokenCounter, pool_size: usize) -> Result<Built, BenchError> {
+async fn synthetic_requests(
+    args: &BenchArgs,
+    chat: bool,
+    counter: &TokenCounter,
+    pool_size: usize,
+) -> Result<Built, BenchError> {
     let input = args.input_tokens.unwrap_or(LengthDist::fixed(64));
     let output = output_dist(args);
     let groups = args.prefix_groups.max(1);
@@ -205,7 +228,12 @@ async fn synthetic_sessions(args: &BenchArgs, count: usize, counter: &TokenCount
         let mut session_turns = Vec::with_capacity(turns as usize);
         for t in 0..turns {
             let n = if t == 0 { opening.sample(&mut rng) } else { input.sample(&mut rng) };
-            let plan = PromptPlan { blocks: Vec::new(), own_seed: ((s as u64) << 16) | u64::from(t), length: PromptLength::Content(n), system: None };
+            let plan = PromptPlan {
+                blocks: Vec::new(),
+                own_seed: ((s as u64) << 16) | u64::from(t),
+                length: PromptLength::Content(n),
+                system: None,
+            };
             // Each turn's text is fitted on its own; the history around it is the server's.
             let (prompt, _) = synth.prompt(&plan, false).await?;
             made += 1;

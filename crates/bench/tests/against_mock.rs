@@ -30,7 +30,9 @@ async fn rejections_are_counted_apart_from_failures_with_retry_after() {
 async fn arrivals_beyond_max_inflight_are_shed_and_disclosed() {
     let mock = Mock::start(10, 10, 30, 10_000);
     let url = format!("{}/v1/chat/completions", mock.base);
-    let r = &bench(&["--url", &url, "--rate", "100", "--arrival", "constant", "--requests", "10", "--max-inflight", "1"]).await[0];
+    let r =
+        &bench(&["--url", &url, "--rate", "100", "--arrival", "constant", "--requests", "10", "--max-inflight", "1"])
+            .await[0];
     assert!(r.client_shed_requests > 0);
     assert_eq!(r.offered_requests, 10);
     assert_eq!(r.completed + r.client_shed_requests, 10);
@@ -62,11 +64,24 @@ async fn result_file_has_every_seed_field_with_the_same_type() {
     let mock = Mock::start(5, 5, 10, 1);
     let out = std::env::temp_dir().join(format!("rillm-bench-{}.json", std::process::id()));
     let url = format!("{}/generate", mock.base);
-    bench(&["--url", &url, "--rate", "200", "--arrival", "constant", "--requests", "4", "--output", out.to_str().unwrap()]).await;
+    bench(&[
+        "--url",
+        &url,
+        "--rate",
+        "200",
+        "--arrival",
+        "constant",
+        "--requests",
+        "4",
+        "--output",
+        out.to_str().unwrap(),
+    ])
+    .await;
     let ours: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_superset(&seed, &ours, "result");
     assert_superset(&seed["run_context"], &ours["run_context"], "run_context");
-    let completed = ours["requests"].as_array().unwrap().iter().find(|r| r["status"] == "completed").expect("a completed request");
+    let completed =
+        ours["requests"].as_array().unwrap().iter().find(|r| r["status"] == "completed").expect("a completed request");
     let seed_completed = seed["requests"].as_array().unwrap().iter().find(|r| r["status"] == "completed").unwrap();
     assert_superset(seed_completed, completed, "requests[completed]");
     let rejected = ours["requests"].as_array().unwrap().iter().find(|r| r["status"] == "rejected").expect("a 429");
@@ -83,8 +98,18 @@ async fn sweep_reports_each_level_a_knee_and_an_offline_html_report() {
     let html = dir.join(format!("rillm-sweep-{}.html", std::process::id()));
     let url = format!("{}/v1/completions", mock.base);
     let levels = bench(&[
-        "--url", &url, "--rate", "20,40", "--requests", "10", "--ttft-slo-ms", "1000",
-        "--output", out.to_str().unwrap(), "--report", html.to_str().unwrap(),
+        "--url",
+        &url,
+        "--rate",
+        "20,40",
+        "--requests",
+        "10",
+        "--ttft-slo-ms",
+        "1000",
+        "--output",
+        out.to_str().unwrap(),
+        "--report",
+        html.to_str().unwrap(),
     ])
     .await;
     assert_eq!(levels.len(), 2);

@@ -16,13 +16,23 @@ async fn ttft_and_gaps_match_the_mock_at_one_and_a_hundred_streams() {
     let mock = Mock::start(50, 10, 20, 10_000);
     for (concurrency, requests, overhead_ms) in [("1", "5", 5.0), ("100", "100", 30.0)] {
         let url = format!("{}/v1/completions", mock.base);
-        let r = bench(&["--url", &url, "--concurrency", concurrency, "--requests", requests, "--max-tokens", "20"]).await;
+        let r =
+            bench(&["--url", &url, "--concurrency", concurrency, "--requests", requests, "--max-tokens", "20"]).await;
         let r = &r[0];
         assert_eq!(r.completed, requests.parse::<usize>().unwrap(), "{}", r.limits);
         let l = &r.latency;
         let ttft = l.ttft_ms.unwrap();
-        eprintln!("{concurrency} streams: TTFT mean {:.2} min {:.2} ms, gap mean {:.2} ms", ttft.mean, ttft.min, l.event_gap_ms.unwrap().mean);
-        assert!(ttft.min >= 49.0, "TTFT min {:.2} ms is below the mock's 50 ms: measured from the wrong instant", ttft.min);
+        eprintln!(
+            "{concurrency} streams: TTFT mean {:.2} min {:.2} ms, gap mean {:.2} ms",
+            ttft.mean,
+            ttft.min,
+            l.event_gap_ms.unwrap().mean
+        );
+        assert!(
+            ttft.min >= 49.0,
+            "TTFT min {:.2} ms is below the mock's 50 ms: measured from the wrong instant",
+            ttft.min
+        );
         close(ttft.mean, 50.0 + overhead_ms / 2.0, overhead_ms / 2.0, "TTFT mean");
         close(l.event_gap_ms.unwrap().mean, 10.0, 3.0, "event gap mean");
         close(l.tpot_ms.unwrap().mean, 10.0, 3.0, "TPOT mean");

@@ -16,7 +16,11 @@ use support::{bench, Mock};
 const TOKENS: u32 = 6;
 
 fn mock(framing: Framing, fault: Option<Fault>) -> Mock {
-    Mock::with(MockConfig { framing, fault, ..MockConfig::new(Duration::from_millis(20), Duration::from_millis(10), TOKENS, 1000) })
+    Mock::with(MockConfig {
+        framing,
+        fault,
+        ..MockConfig::new(Duration::from_millis(20), Duration::from_millis(10), TOKENS, 1000)
+    })
 }
 
 /// (framing, path, --protocol) for each protocol the bench reads.
@@ -35,7 +39,8 @@ fn targets() -> Vec<(Framing, &'static str, &'static str)> {
 
 async fn run(m: &Mock, path: &str, protocol: &str, extra: &[&str]) -> BenchResult {
     let url = format!("{}{path}", m.base);
-    let mut args = vec!["--url", &url, "--protocol", protocol, "--requests", "2", "--concurrency", "2", "--max-tokens", "6"];
+    let mut args =
+        vec!["--url", &url, "--protocol", protocol, "--requests", "2", "--concurrency", "2", "--max-tokens", "6"];
     args.extend_from_slice(extra);
     bench(&args).await.remove(0)
 }
@@ -119,8 +124,10 @@ async fn a_tokenizer_counts_output_the_server_did_not_and_says_so() {
     let dir = std::env::temp_dir().join(format!("rillm-proto-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     // A word-level tokenizer.json: " t0 t1 ..." is one token per word.
-    let vocab: serde_json::Map<String, serde_json::Value> =
-        (0..TOKENS).map(|i| (format!("t{i}"), serde_json::json!(i + 2))).chain([("<unk>".to_string(), serde_json::json!(0))]).collect();
+    let vocab: serde_json::Map<String, serde_json::Value> = (0..TOKENS)
+        .map(|i| (format!("t{i}"), serde_json::json!(i + 2)))
+        .chain([("<unk>".to_string(), serde_json::json!(0))])
+        .collect();
     let tokenizer = serde_json::json!({
         "version": "1.0", "truncation": null, "padding": null, "added_tokens": [], "normalizer": null,
         "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, "decoder": null,
@@ -130,7 +137,11 @@ async fn a_tokenizer_counts_output_the_server_did_not_and_says_so() {
     std::fs::write(&path, tokenizer.to_string()).unwrap();
     let m = mock(Framing::Triton, None);
     let r = run(&m, "/v2/models/ensemble/generate_stream", "auto", &["--tokenizer", path.to_str().unwrap()]).await;
-    assert!(r.requests.iter().all(|q| q.completion_tokens == Some(TOKENS) && q.completion_tokens_estimated), "{:?}", r.requests);
+    assert!(
+        r.requests.iter().all(|q| q.completion_tokens == Some(TOKENS) && q.completion_tokens_estimated),
+        "{:?}",
+        r.requests
+    );
     assert!(r.output_tokens_per_s.is_some());
     assert!(r.limits.contains("2 requests' output token counts are estimates"), "{}", r.limits);
 }

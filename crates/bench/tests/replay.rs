@@ -24,7 +24,22 @@ async fn an_azure_trace_replays_at_its_scaled_times_with_exact_lengths_and_prove
          2023-11-16 18:00:00.9000000,50,40\n2023-11-16 18:00:01.0000000,10,50\n2023-11-16 18:00:09.0000000,10,50\n",
     );
     let url = format!("{}/v1/completions", mock.base);
-    let args = ["--url", &url, "--trace", &trace, "--time-scale", "0.5", "--input-scale", "0.5", "--output-scale", "0.5", "--max-output-tokens", "12", "--requests", "5"];
+    let args = [
+        "--url",
+        &url,
+        "--trace",
+        &trace,
+        "--time-scale",
+        "0.5",
+        "--input-scale",
+        "0.5",
+        "--output-scale",
+        "0.5",
+        "--max-output-tokens",
+        "12",
+        "--requests",
+        "5",
+    ];
     let r = &bench(&args).await[0];
     assert_eq!((r.offered_requests, r.completed), (5, 5), "{}", r.limits);
     assert_eq!(r.load.mode, "trace");
@@ -77,7 +92,20 @@ async fn a_rejected_turn_ends_its_session_and_the_unsent_turns_are_disclosed() {
     // One stream at a time: two sessions opening together, one gets 429.
     let mock = Mock::start(100, 10, 5, 1);
     let url = format!("{}/v1/chat/completions", mock.base);
-    let args = ["--url", &url, "--sessions", "2", "--turns", "3", "--input-tokens", "5", "--output-tokens", "5", "--concurrency", "2"];
+    let args = [
+        "--url",
+        &url,
+        "--sessions",
+        "2",
+        "--turns",
+        "3",
+        "--input-tokens",
+        "5",
+        "--output-tokens",
+        "5",
+        "--concurrency",
+        "2",
+    ];
     let r = &bench(&args).await[0];
     assert_eq!(r.rejected_429, 1, "{}", r.limits);
     assert_eq!(r.completed, 3);
@@ -93,16 +121,50 @@ async fn a_rejected_turn_ends_its_session_and_the_unsent_turns_are_disclosed() {
 async fn synthetic_sessions_and_shared_prefixes_have_the_lengths_asked_for() {
     let mock = Mock::start(5, 1, 100, 10_000);
     let url = format!("{}/v1/chat/completions", mock.base);
-    let args = ["--url", &url, "--sessions", "2", "--turns", "2", "--opening-tokens", "30", "--input-tokens", "10", "--output-tokens", "5", "--think-ms", "20"];
+    let args = [
+        "--url",
+        &url,
+        "--sessions",
+        "2",
+        "--turns",
+        "2",
+        "--opening-tokens",
+        "30",
+        "--input-tokens",
+        "10",
+        "--output-tokens",
+        "5",
+        "--think-ms",
+        "20",
+    ];
     let r = &bench(&args).await[0];
     let prompts: Vec<(Option<u32>, Option<u32>)> = r.requests.iter().map(|q| (q.turn, q.prompt_tokens)).collect();
     assert_eq!(prompts, vec![(Some(1), Some(30)), (Some(2), Some(45)), (Some(1), Some(30)), (Some(2), Some(45))]);
     assert_eq!(r.run_context["workload"]["kind"], "sessions");
 
-    let args = ["--url", &url, "--requests", "6", "--rate", "50", "--input-tokens", "20", "--shared-prefix-tokens", "30", "--prefix-groups", "2", "--output-tokens", "uniform:2-4"];
+    let args = [
+        "--url",
+        &url,
+        "--requests",
+        "6",
+        "--rate",
+        "50",
+        "--input-tokens",
+        "20",
+        "--shared-prefix-tokens",
+        "30",
+        "--prefix-groups",
+        "2",
+        "--output-tokens",
+        "uniform:2-4",
+    ];
     let r = &bench(&args).await[0];
     assert_eq!(r.completed, 6, "{}", r.limits);
-    assert!(r.requests.iter().all(|q| q.prompt_tokens == Some(50)), "{:?}", r.requests.iter().map(|q| q.prompt_tokens).collect::<Vec<_>>());
+    assert!(
+        r.requests.iter().all(|q| q.prompt_tokens == Some(50)),
+        "{:?}",
+        r.requests.iter().map(|q| q.prompt_tokens).collect::<Vec<_>>()
+    );
     assert!(r.requests.iter().all(|q| q.completion_tokens.is_some_and(|c| (2..=4).contains(&c))));
     assert_eq!(r.run_context["workload"]["prefix_groups"], 2);
 }

@@ -49,7 +49,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Aggregate decode tok/s of `n` concurrent streams, counted once all are decoding.
 fn aggregate_decode(engine: &Engine, n: usize, tokens: u32) -> f64 {
-    let mut streams: Vec<_> = (0..n).map(|i| engine.submit(request(&format!("Story {i}: once upon a time"), tokens)).unwrap()).collect();
+    let mut streams: Vec<_> =
+        (0..n).map(|i| engine.submit(request(&format!("Story {i}: once upon a time"), tokens)).unwrap()).collect();
     for s in &mut streams {
         assert!(matches!(s.blocking_next(), Some(StreamEvent::Text { .. })));
     }
@@ -118,7 +119,8 @@ fn main() {
 
     // Holes: 8 sequences start, every other one is cancelled, and the 4 left decode. Their
     // slots are 1, 3, 5, 7 unless the engine packs them.
-    let mut streams: Vec<_> = (0..8).map(|i| engine.submit(request(&format!("Fable {i}: long ago"), 128)).unwrap()).collect();
+    let mut streams: Vec<_> =
+        (0..8).map(|i| engine.submit(request(&format!("Fable {i}: long ago"), 128)).unwrap()).collect();
     for s in &mut streams {
         s.blocking_next();
     }
@@ -155,7 +157,11 @@ fn main() {
     std::thread::sleep(Duration::from_millis(300));
     let c = finish(engine.submit(request(&p200, 1)).unwrap());
     let stall = watcher.join().unwrap();
-    println!("TTFT of a {n200}-token prompt while 8 decode: {:6.1} ms (worst gap of a running stream {:.1} ms)", c.timings.ttft_ms, stall.as_secs_f64() * 1000.0);
+    println!(
+        "TTFT of a {n200}-token prompt while 8 decode: {:6.1} ms (worst gap of a running stream {:.1} ms)",
+        c.timings.ttft_ms,
+        stall.as_secs_f64() * 1000.0
+    );
 
     // A 1000-token prompt pushed out of its slot by another request, then sent again: its
     // KV comes back from host memory instead of being prefilled.

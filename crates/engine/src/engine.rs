@@ -60,15 +60,22 @@ impl Engine {
                     let stats = Arc::new(EngineStats::new(total_cells));
                     let _ = ready_tx.send(Ok((Arc::clone(&stats), executor.ctx_per_sequence())));
                     let tokenizer: Arc<dyn Tokenizer> = Arc::clone(&model) as Arc<dyn Tokenizer>;
-                    Scheduler::new(executor, tokenizer, queue, Arc::clone(&stats), config.max_running, config.prefix_caching, config.host_cache_bytes)
-                        .run();
+                    Scheduler::new(
+                        executor,
+                        tokenizer,
+                        queue,
+                        Arc::clone(&stats),
+                        config.max_running,
+                        config.prefix_caching,
+                        config.host_cache_bytes,
+                    )
+                    .run();
                     stats.mark_dead();
                 })
                 .map_err(|e| EngineError::Thread(e.to_string()))?
         };
-        let (stats, ctx_per_sequence) = ready_rx
-            .recv()
-            .map_err(|_| EngineError::Thread("the engine thread died while starting".into()))??;
+        let (stats, ctx_per_sequence) =
+            ready_rx.recv().map_err(|_| EngineError::Thread("the engine thread died while starting".into()))??;
         tracing::info!(
             model = %model.name,
             architecture = %model.architecture,
@@ -139,12 +146,11 @@ impl Engine {
         match prompt {
             Prompt::Text(text) => Ok(tokenizer.tokenize(text, true)),
             Prompt::Chat(messages) => {
-                let template = tokenizer.chat_template().ok_or_else(|| {
-                    Rejected::InvalidRequest("this model has no chat template".into())
-                })?;
-                let text = template
-                    .render(messages)
-                    .map_err(|e| Rejected::InvalidRequest(format!("chat template: {e}")))?;
+                let template = tokenizer
+                    .chat_template()
+                    .ok_or_else(|| Rejected::InvalidRequest("this model has no chat template".into()))?;
+                let text =
+                    template.render(messages).map_err(|e| Rejected::InvalidRequest(format!("chat template: {e}")))?;
                 // Templates that emit BOS themselves must not get a second one.
                 let has_bos = !template.bos_token().is_empty() && text.starts_with(template.bos_token());
                 Ok(tokenizer.tokenize(&text, !has_bos))
@@ -163,7 +169,9 @@ impl Engine {
         let tokenizer = &self.inner.tokenizer;
         let vocab = tokenizer.vocab_size();
         if let Some((i, bad)) = tokens.iter().enumerate().find(|(_, &t)| t >= vocab) {
-            return Err(Rejected::InvalidRequest(format!("token {bad} at index {i} is outside the vocabulary of {vocab} tokens")));
+            return Err(Rejected::InvalidRequest(format!(
+                "token {bad} at index {i} is outside the vocabulary of {vocab} tokens"
+            )));
         }
         let mut bytes = Vec::new();
         for &t in tokens {

@@ -113,10 +113,7 @@ pub fn sha256_file(path: &Path) -> Result<String, FetchError> {
 }
 
 fn pip_error(out: &std::process::Output) -> FetchError {
-    FetchError::Pip {
-        status: out.status.to_string(),
-        stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-    }
+    FetchError::Pip { status: out.status.to_string(), stderr: String::from_utf8_lossy(&out.stderr).trim().to_string() }
 }
 
 fn io(what: String) -> impl FnOnce(std::io::Error) -> FetchError {

@@ -97,9 +97,7 @@ impl<S> HostCache<S> {
     /// An entry already holds `tokens` or more: saving them again would add nothing.
     pub fn covers(&self, tokens: &[TokenId]) -> bool {
         let Some(&last) = block_hashes(tokens).last() else { return false };
-        self.index
-            .get(&last)
-            .is_some_and(|ids| ids.iter().any(|id| self.entries[id].tokens.starts_with(tokens)))
+        self.index.get(&last).is_some_and(|ids| ids.iter().any(|id| self.entries[id].tokens.starts_with(tokens)))
     }
 
     /// Marks entry `id` as just used.

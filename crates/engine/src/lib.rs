@@ -32,8 +32,7 @@ pub use engine::Engine;
 pub use error::{EngineError, Rejected};
 pub use queue::{PushError, WaitQueue};
 pub use request::{
-    ChatMessage, Completion, FinishReason, GenerateRequest, Prompt, SamplingParams, ServerTimings,
-    StreamEvent, Usage,
+    ChatMessage, Completion, FinishReason, GenerateRequest, Prompt, SamplingParams, ServerTimings, StreamEvent, Usage,
 };
 pub use stats::{EngineStats, PrefixCacheSnapshot, StatsSnapshot};
 pub use stream::RequestStream;

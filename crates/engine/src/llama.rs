@@ -56,10 +56,7 @@ pub(crate) fn load_model(config: &EngineConfig) -> Result<Arc<LlamaModelHandle>,
     })?;
     let meta = |key: &str| model.meta_val_str(key).ok();
     let architecture = meta("general.architecture").unwrap_or_else(|| "unknown".into());
-    let name = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "model".into());
+    let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
     let vocab = model.vocab();
     let piece = |t: LlamaToken| String::from_utf8_lossy(&vocab.token_to_piece(t, true, None)).into_owned();
     let template = match model.meta_val_str("tokenizer.chat_template") {
@@ -69,11 +66,7 @@ pub(crate) fn load_model(config: &EngineConfig) -> Result<Arc<LlamaModelHandle>,
         ),
         Err(_) => None,
     };
-    let eog_tokens = vocab
-        .tokens()
-        .filter(|&t| vocab.is_eog(t))
-        .map(|t| t.0 as TokenId)
-        .collect();
+    let eog_tokens = vocab.tokens().filter(|&t| vocab.is_eog(t)).map(|t| t.0 as TokenId).collect();
     Ok(Arc::new(LlamaModelHandle { model, template, eog_tokens, name, architecture }))
 }
 
@@ -91,12 +84,7 @@ fn check_gguf_magic(path: &Path) -> Result<(), String> {
 
 impl Tokenizer for LlamaModelHandle {
     fn tokenize(&self, text: &str, add_special: bool) -> Vec<TokenId> {
-        self.model
-            .vocab()
-            .tokenize(text.as_bytes(), add_special, true)
-            .into_iter()
-            .map(|t| t.0 as TokenId)
-            .collect()
+        self.model.vocab().tokenize(text.as_bytes(), add_special, true).into_iter().map(|t| t.0 as TokenId).collect()
     }
 
     fn append_token_bytes(&self, token: TokenId, out: &mut Vec<u8>) {
@@ -118,7 +106,9 @@ impl Tokenizer for LlamaModelHandle {
 
 enum SequenceSampler {
     /// Argmax over the logits row: skips building llama.cpp's candidate array.
-    Greedy { ban_eog: bool },
+    Greedy {
+        ban_eog: bool,
+    },
     Chain(LlamaSampler),
 }
 
@@ -231,9 +221,7 @@ impl Executor for LlamaExecutor<'_> {
 
     fn sample(&mut self, seq: usize, batch_index: usize) -> TokenId {
         let ban_eog = match self.samplers[seq].as_mut() {
-            Some(SequenceSampler::Chain(chain)) => {
-                return chain.sample(&self.ctx, batch_index as i32).0 as TokenId
-            }
+            Some(SequenceSampler::Chain(chain)) => return chain.sample(&self.ctx, batch_index as i32).0 as TokenId,
             Some(SequenceSampler::Greedy { ban_eog }) => *ban_eog,
             None => false,
         };

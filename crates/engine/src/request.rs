@@ -67,13 +67,7 @@ pub struct GenerateRequest {
 
 impl GenerateRequest {
     pub fn new(prompt: Prompt) -> Self {
-        Self {
-            prompt,
-            sampling: SamplingParams::default(),
-            max_tokens: None,
-            stop: Vec::new(),
-            ignore_eos: false,
-        }
+        Self { prompt, sampling: SamplingParams::default(), max_tokens: None, stop: Vec::new(), ignore_eos: false }
     }
 
     pub fn text(prompt: impl Into<String>) -> Self {

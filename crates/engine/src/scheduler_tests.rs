@@ -109,7 +109,15 @@ impl Harness {
             fail_restores: false,
         };
         let stats = Arc::new(EngineStats::new(512 * max_running as u64));
-        let scheduler = Scheduler::new(executor, Arc::new(ByteTokenizer), Arc::clone(&queue), stats, max_running, prefix_caching, host_bytes);
+        let scheduler = Scheduler::new(
+            executor,
+            Arc::new(ByteTokenizer),
+            Arc::clone(&queue),
+            stats,
+            max_running,
+            prefix_caching,
+            host_bytes,
+        );
         Self { scheduler, queue, next_id: 0 }
     }
 
@@ -138,7 +146,7 @@ impl Harness {
     /// Steps until nothing runs or waits.
     fn run_to_idle(&mut self) {
         for _ in 0..1000 {
-            if self.scheduler.admission_order.is_empty() && self.queue.len() == 0 {
+            if self.scheduler.admission_order.is_empty() && self.queue.is_empty() {
                 return;
             }
             self.step();

@@ -132,10 +132,7 @@ mod tests {
         let euro = "€".as_bytes();
         assert_eq!(s.push(1, &euro[..1]), TextPiece::Held);
         assert_eq!(s.push(2, &euro[1..2]), TextPiece::Held);
-        assert_eq!(
-            s.push(3, &euro[2..]),
-            TextPiece::Text { text: "€".into(), token_ids: vec![1, 2, 3] }
-        );
+        assert_eq!(s.push(3, &euro[2..]), TextPiece::Text { text: "€".into(), token_ids: vec![1, 2, 3] });
     }
 
     #[test]
@@ -149,10 +146,7 @@ mod tests {
         let mut s = TextStream::new(&["END".to_string()]);
         assert_eq!(text(s.push(1, b"hello E")), "hello ");
         assert_eq!(s.push(2, b"N"), TextPiece::Held);
-        assert_eq!(
-            s.push(3, b"D and more"),
-            TextPiece::Stopped { text: String::new(), token_ids: vec![2, 3] }
-        );
+        assert_eq!(s.push(3, b"D and more"), TextPiece::Stopped { text: String::new(), token_ids: vec![2, 3] });
     }
 
     #[test]
@@ -165,10 +159,7 @@ mod tests {
     #[test]
     fn earliest_of_several_stops_wins_and_text_before_it_is_kept() {
         let mut s = TextStream::new(&["world".to_string(), "lo".to_string()]);
-        assert_eq!(
-            s.push(7, b"hello world"),
-            TextPiece::Stopped { text: "hel".into(), token_ids: vec![7] }
-        );
+        assert_eq!(s.push(7, b"hello world"), TextPiece::Stopped { text: "hel".into(), token_ids: vec![7] });
     }
 
     #[test]

@@ -55,7 +55,9 @@ fn a_qwen2_gguf_loads_batches_and_chats() {
         assert_eq!(done.finish_reason, FinishReason::Length);
         assert_eq!((ids.len(), done.usage.completion_tokens), (12, 12));
     }
-    let chat = GenerateRequest::chat(vec![ChatMessage::new("user", "Hi")]).with_max_tokens(4).with_sampling(SamplingParams::greedy());
+    let chat = GenerateRequest::chat(vec![ChatMessage::new("user", "Hi")])
+        .with_max_tokens(4)
+        .with_sampling(SamplingParams::greedy());
     let (_, done) = finish(engine.submit(chat).unwrap());
     // "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n" in SmolLM2's vocabulary.
     assert!(done.usage.prompt_tokens >= 8, "{:?}", done.usage);

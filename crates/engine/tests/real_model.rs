@@ -4,8 +4,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rillm_engine::{
-    ChatMessage, Completion, Engine, EngineConfig, EngineError, FinishReason, GenerateRequest,
-    Rejected, RequestStream, SamplingParams, StreamEvent,
+    ChatMessage, Completion, Engine, EngineConfig, EngineError, FinishReason, GenerateRequest, Rejected, RequestStream,
+    SamplingParams, StreamEvent,
 };
 
 /// Tests share two cores; running engines one at a time keeps each test's timing sane.
@@ -77,12 +77,8 @@ fn greedy_generation_is_deterministic_and_streams_every_token() {
 fn four_prompts_batched_together_all_finish_coherently() {
     let _g = serial();
     let engine = engine(4, 4, 512);
-    let prompts = [
-        "The capital of France is",
-        "Water is made of hydrogen and",
-        "The opposite of hot is",
-        "def fibonacci(n):",
-    ];
+    let prompts =
+        ["The capital of France is", "Water is made of hydrogen and", "The opposite of hot is", "def fibonacci(n):"];
     let alone: Vec<_> = prompts.iter().map(|p| collect(engine.submit(greedy(p, 32)).unwrap())).collect();
     let steps_before = engine.stats().snapshot().steps;
     let streams: Vec<_> = prompts.iter().map(|p| engine.submit(greedy(p, 32)).unwrap()).collect();
@@ -153,9 +149,8 @@ fn multibyte_utf8_answer_streams_intact() {
 fn dropping_eight_running_streams_frees_every_sequence_and_kv_cell() {
     let _g = serial();
     let engine = engine(8, 8, 512);
-    let mut streams: Vec<_> = (0..8)
-        .map(|i| engine.submit(greedy(&format!("Story number {i}: once upon a time"), 400)).unwrap())
-        .collect();
+    let mut streams: Vec<_> =
+        (0..8).map(|i| engine.submit(greedy(&format!("Story number {i}: once upon a time"), 400)).unwrap()).collect();
     for s in &mut streams {
         assert!(matches!(s.blocking_next(), Some(StreamEvent::Text { .. })));
     }
@@ -269,7 +264,9 @@ fn corrupt_or_foreign_files_give_a_clear_error_naming_the_file() {
     let text = dir.join("notes.gguf");
     std::fs::write(&text, "just some text").unwrap();
 
-    for (path, needle) in [(&corrupt, "could not load"), (&text, "not a GGUF file"), (&dir.join("missing.gguf"), "cannot open")] {
+    for (path, needle) in
+        [(&corrupt, "could not load"), (&text, "not a GGUF file"), (&dir.join("missing.gguf"), "cannot open")]
+    {
         let err = Engine::start(EngineConfig::new(path)).err().expect("must fail");
         assert!(matches!(err, EngineError::Model { .. }), "{err:?}");
         let message = err.to_string();
@@ -286,7 +283,8 @@ fn a_sequence_moved_into_a_freed_slot_generates_exactly_what_it_would_have() {
     let (alone, alone_ids, _) = collect(engine.submit(greedy(prompt, 40)).unwrap());
     // Fill slots 0..2 with other prompts, then our prompt in slot 3; cancelling the first
     // three leaves holes below it, so the engine moves it down to slot 0 mid-generation.
-    let mut others: Vec<_> = (0..3).map(|i| engine.submit(greedy(&format!("Item {i}: apples and pears"), 200)).unwrap()).collect();
+    let mut others: Vec<_> =
+        (0..3).map(|i| engine.submit(greedy(&format!("Item {i}: apples and pears"), 200)).unwrap()).collect();
     for s in &mut others {
         assert!(s.blocking_next().is_some());
     }

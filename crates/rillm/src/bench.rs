@@ -57,7 +57,12 @@ pub fn mock_server(args: MockArgs) -> anyhow::Result<()> {
     let config = MockConfig {
         framing: args.framing,
         fault,
-        ..MockConfig::new(Duration::from_secs_f64(args.ttft_ms / 1000.0), Duration::from_secs_f64(args.itl_ms / 1000.0), args.tokens, args.capacity)
+        ..MockConfig::new(
+            Duration::from_secs_f64(args.ttft_ms / 1000.0),
+            Duration::from_secs_f64(args.itl_ms / 1000.0),
+            args.tokens,
+            args.capacity,
+        )
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {

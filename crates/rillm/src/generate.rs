@@ -34,21 +34,12 @@ pub struct GenerateArgs {
 
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let engine = Engine::start(args.model.engine_config(1, 1)?)?;
-    let prompt = if args.chat {
-        Prompt::Chat(vec![ChatMessage::new("user", args.prompt)])
-    } else {
-        Prompt::Text(args.prompt)
-    };
-    let sampling = SamplingParams {
-        temperature: args.temperature,
-        top_p: args.top_p,
-        top_k: args.top_k,
-        seed: args.seed,
-    };
-    let request = GenerateRequest::new(prompt)
-        .with_max_tokens(args.max_tokens)
-        .with_sampling(sampling)
-        .with_stop(args.stop);
+    let prompt =
+        if args.chat { Prompt::Chat(vec![ChatMessage::new("user", args.prompt)]) } else { Prompt::Text(args.prompt) };
+    let sampling =
+        SamplingParams { temperature: args.temperature, top_p: args.top_p, top_k: args.top_k, seed: args.seed };
+    let request =
+        GenerateRequest::new(prompt).with_max_tokens(args.max_tokens).with_sampling(sampling).with_stop(args.stop);
     let start = Instant::now();
     let mut stream = engine.submit(request)?;
     let mut stdout = std::io::stdout().lock();

@@ -45,7 +45,9 @@ pub struct ServeArgs {
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // An empty key (RILLM_API_KEY= set by a broken deployment) must not silently mean "no auth".
     if args.api_key.as_deref().is_some_and(|k| k.trim().is_empty()) {
-        anyhow::bail!("the API key is empty (--api-key or RILLM_API_KEY); give a key, or unset it to serve without auth");
+        anyhow::bail!(
+            "the API key is empty (--api-key or RILLM_API_KEY); give a key, or unset it to serve without auth"
+        );
     }
     let engine_config = args.model.engine_config(args.max_running, args.max_waiting)?;
     let server_config = ServerConfig {

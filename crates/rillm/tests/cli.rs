@@ -27,7 +27,12 @@ fn the_prototypes_bench_command_runs_against_rillm_serve_with_no_rejections() {
     // Goodput is whatever met the TTFT SLO, per second of the run; how many did depends on
     // how busy this machine is, so the test checks the arithmetic, not the speed.
     let slo = result["ttft_slo_ms"].as_f64().unwrap();
-    let met = result["requests"].as_array().unwrap().iter().filter(|r| r["ttft_ms"].as_f64().is_some_and(|t| t <= slo)).count();
+    let met = result["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["ttft_ms"].as_f64().is_some_and(|t| t <= slo))
+        .count();
     let expected = met as f64 / result["duration_s"].as_f64().unwrap();
     let goodput = result["ttft_goodput_rps"].as_f64().unwrap();
     assert!((goodput - expected).abs() < 0.01, "ttft_goodput_rps {goodput}, but {met} of 6 met the SLO: {expected}");
@@ -89,7 +94,11 @@ fn sigterm_while_the_model_loads_exits_zero_promptly() {
 
 #[test]
 fn an_empty_api_key_is_refused_at_start() {
-    let out = Command::new(BIN).args(["serve", "--port", "0", "--model", "/nonexistent.gguf"]).env("RILLM_API_KEY", "").output().unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--port", "0", "--model", "/nonexistent.gguf"])
+        .env("RILLM_API_KEY", "")
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("API key is empty"), "{stderr}");
@@ -112,7 +121,8 @@ fn generate_streams_text_and_reports_timing() {
 #[test]
 fn a_missing_or_bad_model_fails_with_a_message_naming_the_file() {
     let _g = serial();
-    let out = Command::new(BIN).args(["generate", "--prompt", "x", "--model", "/nonexistent/model.gguf"]).output().unwrap();
+    let out =
+        Command::new(BIN).args(["generate", "--prompt", "x", "--model", "/nonexistent/model.gguf"]).output().unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("/nonexistent/model.gguf"), "{stderr}");

@@ -24,7 +24,8 @@ fn temp(name: &str) -> PathBuf {
 /// Runs `rillm bench` with `args` and returns its result file.
 fn bench(args: &[&str]) -> Value {
     let out = temp(&format!("out-{}.json", args.len()));
-    let status = Command::new(BIN).arg("bench").args(args).arg("--output").arg(&out).stdout(Stdio::null()).status().unwrap();
+    let status =
+        Command::new(BIN).arg("bench").args(args).arg("--output").arg(&out).stdout(Stdio::null()).status().unwrap();
     assert!(status.success(), "rillm bench {args:?}");
     let result = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let _ = std::fs::remove_file(out);
@@ -44,7 +45,22 @@ fn the_shared_azure_trace_replays_against_rillm_with_exact_prompt_lengths() {
     }
     let (_serial, server) = server();
     let url = server.url("/v1/chat/completions");
-    let args = ["--url", &url, "--trace", trace.to_str().unwrap(), "--requests", "8", "--input-scale", "0.1", "--output-scale", "0.05", "--max-output-tokens", "8", "--time-scale", "2"];
+    let args = [
+        "--url",
+        &url,
+        "--trace",
+        trace.to_str().unwrap(),
+        "--requests",
+        "8",
+        "--input-scale",
+        "0.1",
+        "--output-scale",
+        "0.05",
+        "--max-output-tokens",
+        "8",
+        "--time-scale",
+        "2",
+    ];
     let r = bench(&args);
     assert_eq!(r["offered_requests"], 8);
     assert_eq!(r["completed"], 8, "{}", r["limits"]);
@@ -54,13 +70,18 @@ fn the_shared_azure_trace_replays_against_rillm_with_exact_prompt_lengths() {
     assert!(w["prompts"].as_str().unwrap().contains("/tokenize"), "{w}");
     // The trace's first rows, scaled as the bench was told.
     let text = std::fs::read_to_string(&trace).unwrap();
-    let expected: Vec<u64> = text.lines().skip(1).take(8).map(|l| (l.split(',').nth(1).unwrap().parse::<f64>().unwrap() * 0.1).round() as u64).collect();
+    let expected: Vec<u64> = text
+        .lines()
+        .skip(1)
+        .take(8)
+        .map(|l| (l.split(',').nth(1).unwrap().parse::<f64>().unwrap() * 0.1).round() as u64)
+        .collect();
     for (q, want) in requests(&r).iter().zip(&expected) {
         // A target below the chat template's own tokens cannot be met; the limits say so.
         if *want > 40 {
             assert_eq!(q["prompt_tokens"].as_u64(), Some(*want), "{q}");
         }
-        assert!(q["completion_tokens"].as_u64().is_some_and(|c| c >= 1 && c <= 8), "{q}");
+        assert!(q["completion_tokens"].as_u64().is_some_and(|c| (1..=8).contains(&c)), "{q}");
     }
     let rows: Vec<f64> = requests(&r).iter().map(|q| q["scheduled_ms"].as_f64().unwrap()).collect();
     assert!(rows.windows(2).all(|w| w[0] <= w[1]) && rows[7] > 1000.0, "recorded gaps, stretched twice: {rows:?}");
@@ -96,7 +117,22 @@ fn repeated_mooncake_hash_ids_come_back_as_cached_prompt_tokens() {
 fn later_turns_of_a_session_reuse_the_conversation_so_far() {
     let (_serial, server) = server();
     let url = server.url("/v1/chat/completions");
-    let args = ["--url", &url, "--sessions", "2", "--turns", "3", "--opening-tokens", "120", "--input-tokens", "20", "--output-tokens", "12", "--concurrency", "1"];
+    let args = [
+        "--url",
+        &url,
+        "--sessions",
+        "2",
+        "--turns",
+        "3",
+        "--opening-tokens",
+        "120",
+        "--input-tokens",
+        "20",
+        "--output-tokens",
+        "12",
+        "--concurrency",
+        "1",
+    ];
     let r = bench(&args);
     assert_eq!(r["completed"], 6, "{}", r["limits"]);
     let turns = r["per_turn"].as_array().expect("per-turn summary");
@@ -108,7 +144,10 @@ fn later_turns_of_a_session_reuse_the_conversation_so_far() {
         // The next turn's prompt is the last one plus the reply plus the new message...
         assert!(after["prompt_tokens"].as_u64().unwrap() > grown, "{before} -> {after}");
         // ...and the server reused at least the last turn's prompt.
-        assert!(after["cached_tokens"].as_u64().unwrap() >= before["prompt_tokens"].as_u64().unwrap() - 1, "{before} -> {after}");
+        assert!(
+            after["cached_tokens"].as_u64().unwrap() >= before["prompt_tokens"].as_u64().unwrap() - 1,
+            "{before} -> {after}"
+        );
     }
     assert!(turns[1]["mean_cached_tokens"].as_f64().unwrap() > 100.0, "{turns:?}");
 }

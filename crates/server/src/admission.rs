@@ -43,7 +43,9 @@ fn rejection_error(rejected: &Rejected, prompt_param: &'static str) -> ApiError 
     let message = rejected.to_string();
     match rejected {
         Rejected::QueueFull { .. } => ApiError::overloaded(message),
-        Rejected::ContextOverflow { .. } => ApiError::invalid(prompt_param, message).with_code("context_length_exceeded"),
+        Rejected::ContextOverflow { .. } => {
+            ApiError::invalid(prompt_param, message).with_code("context_length_exceeded")
+        }
         Rejected::EmptyPrompt => ApiError::invalid(prompt_param, message).with_code("empty_prompt"),
         Rejected::InvalidRequest(_) => ApiError::invalid(prompt_param, message),
         Rejected::ShuttingDown => ApiError::unavailable(message),

@@ -38,11 +38,8 @@ impl ApiError {
     }
 
     pub fn model_not_found(model: &str) -> Self {
-        let mut e = Self::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            format!("The model `{model}` does not exist."),
-        );
+        let mut e =
+            Self::new(StatusCode::NOT_FOUND, "invalid_request_error", format!("The model `{model}` does not exist."));
         e.param = Some("model".into());
         e.code = Some("model_not_found");
         e
@@ -66,8 +63,12 @@ impl ApiError {
     }
 
     pub fn unauthorized() -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "invalid_request_error", "Missing or incorrect API key; send `Authorization: Bearer <key>`.")
-            .with_code("invalid_api_key")
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_request_error",
+            "Missing or incorrect API key; send `Authorization: Bearer <key>`.",
+        )
+        .with_code("invalid_api_key")
     }
 
     pub fn not_found() -> Self {
@@ -75,7 +76,8 @@ impl ApiError {
     }
 
     pub fn method_not_allowed() -> Self {
-        Self::new(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", "this endpoint does not take that method").with_code("method_not_allowed")
+        Self::new(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", "this endpoint does not take that method")
+            .with_code("method_not_allowed")
     }
 
     pub fn internal(message: impl Into<String>) -> Self {

@@ -49,7 +49,10 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         }
     })?;
     // One JSON value and nothing after it: `{...} xyz` or two objects is not a request.
-    de.end().map_err(|e| ApiError::bad_request(format!("malformed JSON: unexpected data after the JSON value ({e})")).with_code("invalid_json"))?;
+    de.end().map_err(|e| {
+        ApiError::bad_request(format!("malformed JSON: unexpected data after the JSON value ({e})"))
+            .with_code("invalid_json")
+    })?;
     Ok(value)
 }
 

@@ -33,10 +33,8 @@ pub const HOST_CACHE_RESTORE_FAILURES: &str = "rillm_prefix_cache_host_restore_f
 pub const HOST_CACHE_RESTORED_TOKENS: &str = "rillm_prefix_cache_host_restored_tokens_total";
 pub const HOST_CACHE_RESTORE_SECONDS: &str = "rillm_prefix_cache_host_restore_seconds";
 
-const LATENCY_BUCKETS: &[f64] = &[
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-    20.0, 40.0, 80.0,
-];
+const LATENCY_BUCKETS: &[f64] =
+    &[0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0];
 
 /// The process-wide recorder: `metrics` has one global recorder, so every server in the
 /// process (tests start several) shares it.
@@ -85,7 +83,11 @@ fn render_prefix_cache(model: &str, p: &rillm_engine::PrefixCacheSnapshot) {
     for (name, value) in counters {
         counter!(name, "model_name" => model.to_string()).absolute(value);
     }
-    let gauges = [(HOST_CACHE_BYTES, p.host_bytes), (HOST_CACHE_BUDGET, p.host_budget_bytes), (HOST_CACHE_ENTRIES, p.host_entries)];
+    let gauges = [
+        (HOST_CACHE_BYTES, p.host_bytes),
+        (HOST_CACHE_BUDGET, p.host_budget_bytes),
+        (HOST_CACHE_ENTRIES, p.host_entries),
+    ];
     for (name, value) in gauges {
         gauge!(name, "model_name" => model.to_string()).set(value as f64);
     }

@@ -45,14 +45,21 @@ impl GenerationParams {
         let max_tokens = match self.max_tokens {
             None => self.default_max_tokens,
             Some(n) if n < 1 => {
-                return Err(ApiError::invalid(self.max_tokens_param, format!("`{}` must be at least 1, got {n}", self.max_tokens_param)))
+                return Err(ApiError::invalid(
+                    self.max_tokens_param,
+                    format!("`{}` must be at least 1, got {n}", self.max_tokens_param),
+                ))
             }
-            Some(n) => Some(u32::try_from(n).map_err(|_| ApiError::invalid(self.max_tokens_param, format!("`{}` is too large", self.max_tokens_param)))?),
+            Some(n) => Some(u32::try_from(n).map_err(|_| {
+                ApiError::invalid(self.max_tokens_param, format!("`{}` is too large", self.max_tokens_param))
+            })?),
         };
         let temperature = match self.temperature {
             None => self.default_temperature,
             Some(t) if t.is_finite() && (0.0..=2.0).contains(&t) => t as f32,
-            Some(t) => return Err(ApiError::invalid("temperature", format!("`temperature` must be between 0 and 2, got {t}"))),
+            Some(t) => {
+                return Err(ApiError::invalid("temperature", format!("`temperature` must be between 0 and 2, got {t}")))
+            }
         };
         let top_p = match self.top_p {
             None => 1.0,
@@ -62,12 +69,19 @@ impl GenerationParams {
         let top_k = match self.top_k {
             None | Some(-1) | Some(0) => 0,
             Some(k) if k > 0 => u32::try_from(k).unwrap_or(u32::MAX),
-            Some(k) => return Err(ApiError::invalid("top_k", format!("`top_k` must be -1, 0 (disabled) or positive, got {k}"))),
+            Some(k) => {
+                return Err(ApiError::invalid(
+                    "top_k",
+                    format!("`top_k` must be -1, 0 (disabled) or positive, got {k}"),
+                ))
+            }
         };
         if let Some(n) = self.n.filter(|&n| n != 1) {
             return Err(ApiError::invalid("n", format!("only `n` = 1 is supported, got {n}")));
         }
-        for (name, value) in [("presence_penalty", self.presence_penalty), ("frequency_penalty", self.frequency_penalty)] {
+        for (name, value) in
+            [("presence_penalty", self.presence_penalty), ("frequency_penalty", self.frequency_penalty)]
+        {
             if value.is_some_and(|v| v != 0.0) {
                 return Err(ApiError::invalid(name, format!("`{name}` is not supported; leave it unset or 0")));
             }
@@ -76,7 +90,10 @@ impl GenerationParams {
             None => Vec::new(),
             Some(StopInput::One(s)) => vec![s],
             Some(StopInput::Many(list)) if list.len() > MAX_STOP_STRINGS => {
-                return Err(ApiError::invalid("stop", format!("at most {MAX_STOP_STRINGS} stop strings, got {}", list.len())))
+                return Err(ApiError::invalid(
+                    "stop",
+                    format!("at most {MAX_STOP_STRINGS} stop strings, got {}", list.len()),
+                ))
             }
             Some(StopInput::Many(list)) => list,
         };
@@ -104,9 +121,7 @@ pub struct StreamOptions {
 }
 
 pub fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// Rejects fields rillm accepts syntactically but cannot honour, instead of ignoring them.

@@ -46,12 +46,8 @@ impl AppState {
     pub fn set_backend(&self, backend: Arc<dyn Backend>) {
         let _ = self.0.backend.set(backend);
         // Never leave Draining for Ready: a shutdown during load must stick.
-        let _ = self.0.phase.compare_exchange(
-            Phase::Loading as u8,
-            Phase::Ready as u8,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        );
+        let _ =
+            self.0.phase.compare_exchange(Phase::Loading as u8, Phase::Ready as u8, Ordering::SeqCst, Ordering::SeqCst);
     }
 
     pub fn begin_draining(&self) {

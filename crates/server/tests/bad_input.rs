@@ -52,11 +52,26 @@ fn cases() -> Vec<Case> {
         case("/v1/completions", json!({"prompt": "Hi", "presence_penalty": 1.0}), 400, Some("presence_penalty")),
         case("/v1/chat/completions", json!({"messages": []}), 400, Some("messages")),
         case("/v1/chat/completions", json!({"messages": "Hi"}), 400, Some("messages")),
-        case("/v1/chat/completions", json!({"messages": [{"role": "wizard", "content": "Hi"}]}), 400, Some("messages[0].role")),
+        case(
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "wizard", "content": "Hi"}]}),
+            400,
+            Some("messages[0].role"),
+        ),
         case("/v1/chat/completions", json!({"messages": [{"content": "Hi"}]}), 400, Some("messages[0].role")),
-        case("/v1/chat/completions", json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}), 400, Some("messages[0].content[0]")),
+        case(
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+            400,
+            Some("messages[0].content[0]"),
+        ),
         case("/v1/chat/completions", json!({"messages": msg, "n": 3}), 400, Some("n")),
-        case("/v1/chat/completions", json!({"messages": msg, "max_completion_tokens": 0}), 400, Some("max_completion_tokens")),
+        case(
+            "/v1/chat/completions",
+            json!({"messages": msg, "max_completion_tokens": 0}),
+            400,
+            Some("max_completion_tokens"),
+        ),
         case("/v1/chat/completions", json!({"messages": msg, "model": "llama-70b"}), 404, Some("model")),
         case("/v1/chat/completions", json!({"messages": msg, "tools": [{"type": "function"}]}), 400, Some("tools")),
         case("/v1/chat/completions", json!({"messages": msg, "max_tokens": 1000}), 400, Some("messages")),
@@ -111,7 +126,11 @@ async fn oversized_body_is_413_unknown_path_404() {
     assert_eq!(r.status(), 404);
     assert!(r.json::<Value>().await.unwrap()["error"]["message"].is_string());
     // A known path with the wrong method: 405, with the same JSON error shape.
-    for (method, path) in [(reqwest::Method::GET, "/v1/completions"), (reqwest::Method::DELETE, "/generate"), (reqwest::Method::POST, "/health")] {
+    for (method, path) in [
+        (reqwest::Method::GET, "/v1/completions"),
+        (reqwest::Method::DELETE, "/generate"),
+        (reqwest::Method::POST, "/health"),
+    ] {
         let r = server.client.request(method.clone(), server.url(path)).send().await.unwrap();
         assert_eq!(r.status(), 405, "{method} {path}");
         let v: Value = r.json().await.unwrap_or_else(|e| panic!("{method} {path}: non-JSON 405 body: {e}"));
@@ -125,7 +144,9 @@ async fn api_key_is_required_on_generation_endpoints_only() {
     opts.server.api_key = Some("s3cret".into());
     let server = TestServer::start(opts).await;
     let body = json!({"prompt": "Hi", "max_tokens": 2});
-    for (auth, status) in [(None, 401), (Some("Bearer wrong"), 401), (Some("s3cret"), 401), (Some("Bearer s3cret"), 200)] {
+    for (auth, status) in
+        [(None, 401), (Some("Bearer wrong"), 401), (Some("s3cret"), 401), (Some("Bearer s3cret"), 200)]
+    {
         let mut request = server.client.post(server.url("/v1/completions")).json(&body);
         if let Some(auth) = auth {
             request = request.header("authorization", auth);

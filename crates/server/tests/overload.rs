@@ -36,7 +36,8 @@ async fn full_queue_answers_429_with_retry_after_and_no_sse() {
 
     let rejected_before = server.metric("rillm_requests_rejected_total").await;
     for path in ["/generate", "/v1/completions", "/v1/chat/completions"] {
-        let body = json!({"prompt": "Hi", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "stream": true});
+        let body =
+            json!({"prompt": "Hi", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "stream": true});
         let r = server.post(path, body).await;
         assert_eq!(r.status(), 429, "{path}");
         assert_eq!(r.headers()["retry-after"], "1");
@@ -61,7 +62,9 @@ async fn dropped_stream_is_cancelled_and_its_sequence_freed() {
     server.wait_metric("vllm:num_requests_running", Duration::from_secs(1), |v| v == 0.0).await;
     server.wait_metric("vllm:kv_cache_usage_perc", Duration::from_secs(1), |v| v == 0.0).await;
     assert!(dropped_at.elapsed() < Duration::from_secs(1));
-    server.wait_metric("rillm_client_disconnects_total", Duration::from_secs(1), |v| v == disconnects_before + 1.0).await;
+    server
+        .wait_metric("rillm_client_disconnects_total", Duration::from_secs(1), |v| v == disconnects_before + 1.0)
+        .await;
 }
 
 #[tokio::test]
@@ -70,7 +73,13 @@ async fn dropped_non_streaming_request_is_cancelled_too() {
     let pending = tokio::spawn({
         let client = server.client.clone();
         let url = server.url("/v1/completions");
-        async move { client.post(url).json(&json!({"prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": true})).send().await }
+        async move {
+            client
+                .post(url)
+                .json(&json!({"prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": true}))
+                .send()
+                .await
+        }
     });
     server.wait_metric("vllm:num_requests_running", Duration::from_secs(5), |v| v == 1.0).await;
     pending.abort();
@@ -112,7 +121,11 @@ async fn disconnect_storm_leaves_nothing_running_or_cached() {
                     _ => match send.await {
                         Ok(r) if r.status() == 200 => {
                             let body = r.text().await.unwrap_or_default();
-                            if body.contains("event: done") { "completed" } else { "truncated" }
+                            if body.contains("event: done") {
+                                "completed"
+                            } else {
+                                "truncated"
+                            }
                         }
                         _ => "error",
                     },
@@ -139,7 +152,8 @@ async fn shutdown_drains_in_flight_streams_and_refuses_new_work() {
     let mut opts = Options::default();
     opts.server.shutdown_timeout = Duration::from_secs(30);
     let mut server = TestServer::start(opts).await;
-    let mut stream = open_stream(&server, json!({"prompt": "Count slowly:", "max_tokens": 60, "ignore_eos": true})).await;
+    let mut stream =
+        open_stream(&server, json!({"prompt": "Count slowly:", "max_tokens": 60, "ignore_eos": true})).await;
     server.trigger_shutdown();
     let deadline = Instant::now() + Duration::from_secs(5);
     while server.client.get(server.url("/ready")).send().await.unwrap().status() != 503 {

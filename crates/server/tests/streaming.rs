@@ -8,7 +8,8 @@ use support::{read_sse, Options, TestServer};
 #[tokio::test]
 async fn generate_streams_text_events_then_done_with_usage_and_timings() {
     let server = TestServer::start(Options::default()).await;
-    let response = server.post("/generate", json!({"prompt": "What is a cache?", "chat": true, "max_tokens": 20})).await;
+    let response =
+        server.post("/generate", json!({"prompt": "What is a cache?", "chat": true, "max_tokens": 20})).await;
     assert_eq!(response.headers()["cache-control"], "no-cache");
     assert_eq!(response.headers()["x-accel-buffering"], "no");
     let events = read_sse(response).await;
@@ -36,9 +37,13 @@ async fn generate_streams_text_events_then_done_with_usage_and_timings() {
 #[tokio::test]
 async fn generate_accepts_max_new_tokens_and_stop() {
     let server = TestServer::start(Options::default()).await;
-    let events = read_sse(server.post("/generate", json!({"prompt": "1, 2, 3, 4,", "max_new_tokens": 30, "stop": [" 7"]})).await).await;
+    let events = read_sse(
+        server.post("/generate", json!({"prompt": "1, 2, 3, 4,", "max_new_tokens": 30, "stop": [" 7"]})).await,
+    )
+    .await;
     let done = events.last().unwrap().json();
-    let text: String = events[..events.len() - 1].iter().map(|e| e.json()["text"].as_str().unwrap().to_string()).collect();
+    let text: String =
+        events[..events.len() - 1].iter().map(|e| e.json()["text"].as_str().unwrap().to_string()).collect();
     assert_eq!(done["finish_reason"], "stop", "{text:?}");
     assert!(!text.contains(" 7") && text.contains('6'), "{text:?}");
 }
@@ -57,7 +62,12 @@ fn model_name() -> &'static str {
 #[tokio::test]
 async fn completions_non_streaming_has_the_openai_shape() {
     let server = TestServer::start(Options::default()).await;
-    let r = server.post("/v1/completions", json!({"model": model_name(), "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0})).await;
+    let r = server
+        .post(
+            "/v1/completions",
+            json!({"model": model_name(), "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}),
+        )
+        .await;
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
     assert_completion_object(&v, "text_completion", model_name());
@@ -93,7 +103,8 @@ async fn completions_streaming_chunks_then_usage_then_done() {
     assert!(text.contains("Paris"), "{text:?}");
 
     // Without include_usage there is no usage anywhere.
-    let events = read_sse(server.post("/v1/completions", json!({"prompt": "Hi", "max_tokens": 3, "stream": true})).await).await;
+    let events =
+        read_sse(server.post("/v1/completions", json!({"prompt": "Hi", "max_tokens": 3, "stream": true})).await).await;
     assert!(events.iter().all(|e| !e.data.contains("\"usage\"")));
     assert_eq!(events.last().unwrap().data, "[DONE]");
 }
@@ -168,12 +179,21 @@ async fn models_health_ready_and_metrics_endpoints() {
     read_sse(server.post("/generate", json!({"prompt": "Hello", "max_tokens": 4})).await).await;
     let text = server.client.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
     for name in [
-        "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-        "vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket",
-        "vllm:e2e_request_latency_seconds_bucket", "vllm:request_queue_time_seconds_bucket",
-        "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total",
-        "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "rillm_prefix_cache_host_bytes",
-        "rillm_prefix_cache_host_budget_bytes", "rillm_prefix_cache_host_restores_total",
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:inter_token_latency_seconds_bucket",
+        "vllm:e2e_request_latency_seconds_bucket",
+        "vllm:request_queue_time_seconds_bucket",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:request_success_total",
+        "vllm:prefix_cache_queries_total",
+        "vllm:prefix_cache_hits_total",
+        "rillm_prefix_cache_host_bytes",
+        "rillm_prefix_cache_host_budget_bytes",
+        "rillm_prefix_cache_host_restores_total",
     ] {
         assert!(text.lines().any(|l| l.starts_with(name)), "missing {name}");
     }

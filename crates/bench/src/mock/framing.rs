@@ -83,9 +83,12 @@ pub fn token(flavor: Flavor, i: u32, total: u32) -> Event {
 
 /// What follows the last token: usage and the end marker, as each engine sends them.
 pub fn finish(flavor: Flavor, tokens: u32, prompt_tokens: u32, include_usage: bool) -> Vec<Event> {
-    let usage = json!({"prompt_tokens": prompt_tokens, "completion_tokens": tokens, "total_tokens": tokens + prompt_tokens});
+    let usage =
+        json!({"prompt_tokens": prompt_tokens, "completion_tokens": tokens, "total_tokens": tokens + prompt_tokens});
     match flavor {
-        Flavor::Generate => vec![Event::default().event("done").data(json!({"finish_reason": "length", "usage": usage}).to_string())],
+        Flavor::Generate => {
+            vec![Event::default().event("done").data(json!({"finish_reason": "length", "usage": usage}).to_string())]
+        }
         Flavor::Completions | Flavor::Chat | Flavor::ChatReasoning => {
             let mut events = Vec::new();
             if include_usage {

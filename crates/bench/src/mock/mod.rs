@@ -23,8 +23,8 @@ use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-pub use framing::Framing;
 use framing::Flavor;
+pub use framing::Framing;
 
 #[derive(Debug, Clone, Copy)]
 pub struct MockConfig {
@@ -68,14 +68,21 @@ pub fn router(config: MockConfig) -> Router {
         .route("/generate_stream", post(|s, b| stream(s, b, Flavor::Tgi)))
         .route("/v2/models/{model}/generate_stream", post(|_: Path<String>, s, b| stream(s, b, Flavor::Triton)))
         .route("/completion", post(|s, b| stream(s, b, Flavor::Llamacpp)))
-        .route("/v1/models", get(|| async { Json(json!({"object": "list", "data": [{"id": "mock", "object": "model"}]})) }))
+        .route(
+            "/v1/models",
+            get(|| async { Json(json!({"object": "list", "data": [{"id": "mock", "object": "model"}]})) }),
+        )
         .route("/tokenize", post(tokenize))
         .route("/health", get(|| async { "ok" }))
         .with_state(state)
 }
 
 /// Serves until `shutdown` resolves.
-pub async fn serve(listener: tokio::net::TcpListener, config: MockConfig, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    config: MockConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     // Like a real server, each event leaves at once (no Nagle delay behind an unACKed write).
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
@@ -90,7 +97,10 @@ async fn stream(State(state): State<MockState>, body: Option<Json<Value>>, flavo
         return (StatusCode::TOO_MANY_REQUESTS, [(header::RETRY_AFTER, "1")], Json(error)).into_response();
     };
     let body = body.map(|Json(v)| v).unwrap_or_default();
-    let tokens = flavor.max_tokens(&body).map_or(state.config.tokens, |m| (m.min(u64::from(u32::MAX)) as u32).min(state.config.tokens)).max(1);
+    let tokens = flavor
+        .max_tokens(&body)
+        .map_or(state.config.tokens, |m| (m.min(u64::from(u32::MAX)) as u32).min(state.config.tokens))
+        .max(1);
     let include_usage = body["stream_options"]["include_usage"].as_bool().unwrap_or(false);
     let prompt_tokens = prompt_words(&body);
     let cfg = state.config;
@@ -106,7 +116,9 @@ async fn stream(State(state): State<MockState>, body: Option<Json<Value>>, flavo
         }
         if i == broken_after {
             return match cfg.fault {
-                Some(Fault::Error { .. }) => Some((vec![framing::error(flavor, "mock: injected failure")], (u32::MAX, permit))),
+                Some(Fault::Error { .. }) => {
+                    Some((vec![framing::error(flavor, "mock: injected failure")], (u32::MAX, permit)))
+                }
                 _ => None,
             };
         }
@@ -117,7 +129,8 @@ async fn stream(State(state): State<MockState>, body: Option<Json<Value>>, flavo
         tokio::time::sleep_until(received + cfg.ttft + cfg.itl * i).await;
         Some((vec![framing::token(flavor, i, tokens)], (i + 1, permit)))
     });
-    let events = futures::StreamExt::flat_map(events, |e| futures::stream::iter(e.into_iter().map(Ok::<_, Infallible>)));
+    let events =
+        futures::StreamExt::flat_map(events, |e| futures::stream::iter(e.into_iter().map(Ok::<_, Infallible>)));
     Sse::new(events).into_response()
 }
 

@@ -181,7 +181,8 @@ impl StreamDecoder {
         let data = data.trim();
         if event_type == "error" {
             // Recognised before parsing: an error event's data need not be JSON.
-            let message = serde_json::from_str::<Value>(data).map_or_else(|_| data.to_string(), |v| error_message(v.get("error").unwrap_or(&v)));
+            let message = serde_json::from_str::<Value>(data)
+                .map_or_else(|_| data.to_string(), |v| error_message(v.get("error").unwrap_or(&v)));
             return Chunk { error: Some(message), ..Chunk::default() };
         }
         if data == "[DONE]" {
@@ -315,26 +316,39 @@ mod tests {
     fn rillm_and_openai_content_usage_and_end() {
         let g = Protocol::Generate;
         assert_eq!(one(g, "message", r#"{"text":"hi","token_ids":[1,2]}"#), Chunk { tokens: Some(2), ..text("hi") });
-        assert_eq!(one(g, "done", r#"{"finish_reason":"length","usage":{"completion_tokens":9}}"#), Chunk { usage: Some(UsageInfo::completion(9)), ..Chunk::end() });
+        assert_eq!(
+            one(g, "done", r#"{"finish_reason":"length","usage":{"completion_tokens":9}}"#),
+            Chunk { usage: Some(UsageInfo::completion(9)), ..Chunk::end() }
+        );
         assert_eq!(one(g, "error", r#"{"error":{"message":"boom"}}"#).error.as_deref(), Some("boom"));
         assert_eq!(one(g, "error", "not json at all").error.as_deref(), Some("not json at all"));
         let c = Protocol::Completions;
         assert_eq!(one(c, "message", r#"{"choices":[{"text":" a"}]}"#), text(" a"));
-        assert_eq!(one(c, "message", r#"{"choices":[],"usage":{"completion_tokens":4}}"#).usage, Some(UsageInfo::completion(4)));
+        assert_eq!(
+            one(c, "message", r#"{"choices":[],"usage":{"completion_tokens":4}}"#).usage,
+            Some(UsageInfo::completion(4))
+        );
         let cached = r#"{"choices":[],"usage":{"prompt_tokens":50,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":32}}}"#;
-        assert_eq!(one(c, "message", cached).usage, Some(UsageInfo { completion_tokens: Some(4), prompt_tokens: Some(50), cached_tokens: Some(32) }));
+        assert_eq!(
+            one(c, "message", cached).usage,
+            Some(UsageInfo { completion_tokens: Some(4), prompt_tokens: Some(50), cached_tokens: Some(32) })
+        );
         assert_eq!(one(c, "message", "[DONE]"), Chunk::end());
         assert!(one(c, "message", r#"{"choices":[{"text":"","finish_reason":"length"}]}"#).finished);
         let ch = Protocol::Chat;
         assert!(!one(ch, "message", r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#).is_content());
         assert_eq!(one(ch, "message", r#"{"choices":[{"delta":{"content":"x"}}],"usage":null}"#), text("x"));
-        assert_eq!(one(ch, "message", r#"{"error":{"message":"overloaded","type":"x"}}"#).error.as_deref(), Some("overloaded"));
+        assert_eq!(
+            one(ch, "message", r#"{"error":{"message":"overloaded","type":"x"}}"#).error.as_deref(),
+            Some("overloaded")
+        );
     }
 
     #[test]
     fn reasoning_deltas_are_content_kept_apart_from_the_answer() {
         for field in ["reasoning_content", "reasoning"] {
-            let c = one(Protocol::Chat, "message", &format!(r#"{{"choices":[{{"delta":{{"{field}":"Let me think"}}}}]}}"#));
+            let c =
+                one(Protocol::Chat, "message", &format!(r#"{{"choices":[{{"delta":{{"{field}":"Let me think"}}}}]}}"#));
             assert!(c.is_content() && c.text.is_empty());
             assert_eq!(c.reasoning, "Let me think");
         }
@@ -343,14 +357,21 @@ mod tests {
     #[test]
     fn sglang_takes_the_suffix_of_cumulative_text_and_counts_tokens() {
         let mut d = StreamDecoder::new(Protocol::Sglang);
-        let ev = |t: &str, c: u32, fin: &str| format!(r#"{{"text":"{t}","meta_info":{{"prompt_tokens":7,"completion_tokens":{c},"cached_tokens":3,"finish_reason":{fin}}},"index":0}}"#);
+        let ev = |t: &str, c: u32, fin: &str| {
+            format!(
+                r#"{{"text":"{t}","meta_info":{{"prompt_tokens":7,"completion_tokens":{c},"cached_tokens":3,"finish_reason":{fin}}},"index":0}}"#
+            )
+        };
         let a = d.decode("message", &ev("Hello", 1, "null"));
         assert_eq!((a.text.as_str(), a.tokens, a.finished), ("Hello", Some(1), false));
         let b = d.decode("message", &ev("Hello world", 3, "null"));
         assert_eq!((b.text.as_str(), b.tokens), (" world", Some(2)));
         let c = d.decode("message", &ev("Hello world!", 4, r#"{"type":"length","length":4}"#));
         assert_eq!((c.text.as_str(), c.finished), ("!", true));
-        assert_eq!(c.usage, Some(UsageInfo { completion_tokens: Some(4), prompt_tokens: Some(7), cached_tokens: Some(3) }));
+        assert_eq!(
+            c.usage,
+            Some(UsageInfo { completion_tokens: Some(4), prompt_tokens: Some(7), cached_tokens: Some(3) })
+        );
         assert!(d.decode("message", "[DONE]").end);
     }
 
@@ -362,25 +383,49 @@ mod tests {
         let eos = d.decode("", r#"{"index":2,"token":{"id":2,"text":"</s>","special":true},"generated_text":" The","details":{"finish_reason":"eos_token","generated_tokens":2}}"#);
         assert!(!eos.is_content() && eos.end && eos.finished);
         assert_eq!(eos.usage, Some(UsageInfo::completion(2)));
-        assert_eq!(d.decode("", r#"{"error":"Input validation error","error_type":"validation"}"#).error.as_deref(), Some("Input validation error"));
+        assert_eq!(
+            d.decode("", r#"{"error":"Input validation error","error_type":"validation"}"#).error.as_deref(),
+            Some("Input validation error")
+        );
     }
 
     #[test]
     fn triton_and_llamacpp_native() {
         let t = one(Protocol::Triton, "", r#"{"model_name":"ensemble","model_version":"1","text_output":" hi"}"#);
         assert_eq!(t, text(" hi"));
-        assert_eq!(one(Protocol::Triton, "", r#"{"error":"in ensemble 'ensemble'"}"#).error.as_deref(), Some("in ensemble 'ensemble'"));
+        assert_eq!(
+            one(Protocol::Triton, "", r#"{"error":"in ensemble 'ensemble'"}"#).error.as_deref(),
+            Some("in ensemble 'ensemble'")
+        );
         let l = Protocol::Llamacpp;
-        assert_eq!(one(l, "", r#"{"index":0,"content":" Paris","tokens":[12],"stop":false,"tokens_predicted":1}"#), Chunk { tokens: Some(1), ..text(" Paris") });
-        let last = one(l, "", r#"{"content":"","stop":true,"tokens_predicted":8,"tokens_evaluated":20,"timings":{"cache_n":16,"prompt_n":4}}"#);
+        assert_eq!(
+            one(l, "", r#"{"index":0,"content":" Paris","tokens":[12],"stop":false,"tokens_predicted":1}"#),
+            Chunk { tokens: Some(1), ..text(" Paris") }
+        );
+        let last = one(
+            l,
+            "",
+            r#"{"content":"","stop":true,"tokens_predicted":8,"tokens_evaluated":20,"timings":{"cache_n":16,"prompt_n":4}}"#,
+        );
         assert!(last.end && last.finished && !last.is_content());
-        assert_eq!(last.usage, Some(UsageInfo { completion_tokens: Some(8), prompt_tokens: Some(20), cached_tokens: Some(16) }));
+        assert_eq!(
+            last.usage,
+            Some(UsageInfo { completion_tokens: Some(8), prompt_tokens: Some(20), cached_tokens: Some(16) })
+        );
     }
 
     #[test]
     fn garbage_is_ignored_not_fatal() {
         for data in ["", "{", "null", "[1,2", "\u{0}\u{1}", "{\"choices\": 5}"] {
-            for p in [Protocol::Generate, Protocol::Completions, Protocol::Chat, Protocol::Sglang, Protocol::Tgi, Protocol::Triton, Protocol::Llamacpp] {
+            for p in [
+                Protocol::Generate,
+                Protocol::Completions,
+                Protocol::Chat,
+                Protocol::Sglang,
+                Protocol::Tgi,
+                Protocol::Triton,
+                Protocol::Llamacpp,
+            ] {
                 assert_eq!(StreamDecoder::new(p).decode("message", data), Chunk::default(), "{p:?} {data:?}");
             }
         }

@@ -81,11 +81,7 @@ impl PromptSpec {
     pub fn as_text(&self) -> String {
         match self {
             Self::Text(t) => t.clone(),
-            Self::Messages(m) => m
-                .iter()
-                .filter_map(|m| m["content"].as_str())
-                .collect::<Vec<_>>()
-                .join("\n"),
+            Self::Messages(m) => m.iter().filter_map(|m| m["content"].as_str()).collect::<Vec<_>>().join("\n"),
         }
     }
 
@@ -123,11 +119,15 @@ pub fn request_body(protocol: Protocol, spec: &RequestSpec, opts: &BodyOptions) 
             "stream": true,
             "stream_options": {"include_usage": true},
         }),
-        Protocol::Sglang => json!({"text": spec.prompt.as_text(), "sampling_params": {"max_new_tokens": n}, "stream": true}),
+        Protocol::Sglang => {
+            json!({"text": spec.prompt.as_text(), "sampling_params": {"max_new_tokens": n}, "stream": true})
+        }
         // `details` makes the last event carry the generated token count.
         Protocol::Tgi => json!({"inputs": spec.prompt.as_text(), "parameters": {"max_new_tokens": n, "details": true}}),
         Protocol::Triton => json!({"text_input": spec.prompt.as_text(), "max_tokens": n, "stream": true}),
-        Protocol::Llamacpp => json!({"prompt": spec.prompt.as_text(), "n_predict": n, "stream": true, "cache_prompt": true}),
+        Protocol::Llamacpp => {
+            json!({"prompt": spec.prompt.as_text(), "n_predict": n, "stream": true, "cache_prompt": true})
+        }
     };
     if let (Some(model), Protocol::Completions | Protocol::Chat) = (&opts.model, protocol) {
         body["model"] = json!(model);
@@ -187,17 +187,35 @@ mod tests {
     #[test]
     fn bodies_put_each_knob_where_the_engine_reads_it() {
         let spec = RequestSpec::new(PromptSpec::Text("hi".into()), 7);
-        let opts = BodyOptions { model: Some("m".into()), ignore_eos: true, temperature: Some(0.0), extra: Some(json!({"sampling_params": {"top_k": 5}, "x": 1})) };
+        let opts = BodyOptions {
+            model: Some("m".into()),
+            ignore_eos: true,
+            temperature: Some(0.0),
+            extra: Some(json!({"sampling_params": {"top_k": 5}, "x": 1})),
+        };
         let sg = request_body(Protocol::Sglang, &spec, &opts);
-        assert_eq!(sg, json!({"text": "hi", "stream": true, "x": 1, "sampling_params": {"max_new_tokens": 7, "ignore_eos": true, "temperature": 0.0, "top_k": 5}}));
+        assert_eq!(
+            sg,
+            json!({"text": "hi", "stream": true, "x": 1, "sampling_params": {"max_new_tokens": 7, "ignore_eos": true, "temperature": 0.0, "top_k": 5}})
+        );
         let tgi = request_body(Protocol::Tgi, &spec, &BodyOptions { extra: None, ..opts.clone() });
-        assert_eq!(tgi, json!({"inputs": "hi", "parameters": {"max_new_tokens": 7, "details": true, "do_sample": false}}));
+        assert_eq!(
+            tgi,
+            json!({"inputs": "hi", "parameters": {"max_new_tokens": 7, "details": true, "do_sample": false}})
+        );
         let tr = request_body(Protocol::Triton, &spec, &BodyOptions { extra: None, ..opts.clone() });
         assert_eq!(tr["text_input"], "hi");
         assert_eq!(tr["max_tokens"], 7);
         let lc = request_body(Protocol::Llamacpp, &spec, &BodyOptions { extra: None, ..opts.clone() });
         assert_eq!((lc["n_predict"].as_u64(), lc["ignore_eos"].as_bool()), (Some(7), Some(true)));
-        let chat = request_body(Protocol::Chat, &spec, &BodyOptions { extra: Some(json!({"chat_template_kwargs": {"enable_thinking": false}})), ..opts });
-        assert_eq!((chat["model"].as_str(), chat["chat_template_kwargs"]["enable_thinking"].as_bool()), (Some("m"), Some(false)));
+        let chat = request_body(
+            Protocol::Chat,
+            &spec,
+            &BodyOptions { extra: Some(json!({"chat_template_kwargs": {"enable_thinking": false}})), ..opts },
+        );
+        assert_eq!(
+            (chat["model"].as_str(), chat["chat_template_kwargs"]["enable_thinking"].as_bool()),
+            (Some("m"), Some(false))
+        );
     }
 }

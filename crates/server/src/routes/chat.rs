@@ -71,7 +71,10 @@ pub(crate) fn messages(input: Vec<MessageInput>) -> Result<Vec<ChatMessage>, Api
         .enumerate()
         .map(|(i, m)| {
             if !ROLES.contains(&m.role.as_str()) {
-                return Err(ApiError::invalid(format!("messages[{i}].role"), format!("unknown role `{}`; expected one of {}", m.role, ROLES.join(", "))));
+                return Err(ApiError::invalid(
+                    format!("messages[{i}].role"),
+                    format!("unknown role `{}`; expected one of {}", m.role, ROLES.join(", ")),
+                ));
             }
             let content = match m.content {
                 None => String::new(),
@@ -82,7 +85,10 @@ pub(crate) fn messages(input: Vec<MessageInput>) -> Result<Vec<ChatMessage>, Api
                         match (part.kind.as_str(), part.text) {
                             ("text", Some(t)) => text.push_str(&t),
                             (kind, _) => {
-                                return Err(ApiError::invalid(format!("messages[{i}].content[{j}]"), format!("content part of type `{kind}` is not supported; only text")))
+                                return Err(ApiError::invalid(
+                                    format!("messages[{i}].content[{j}]"),
+                                    format!("content part of type `{kind}` is not supported; only text"),
+                                ))
                             }
                         }
                     }
@@ -94,7 +100,10 @@ pub(crate) fn messages(input: Vec<MessageInput>) -> Result<Vec<ChatMessage>, Api
         .collect()
 }
 
-pub async fn chat_completions(State(state): State<AppState>, JsonBody(body): JsonBody<ChatBody>) -> Result<Response, ApiError> {
+pub async fn chat_completions(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<ChatBody>,
+) -> Result<Response, ApiError> {
     let received = Instant::now();
     state.check_model(body.model.as_deref())?;
     reject_if(body.logprobs, "logprobs")?;
@@ -124,15 +133,18 @@ pub async fn chat_completions(State(state): State<AppState>, JsonBody(body): Jso
     let admitted = admit(&state, "chat", "messages", request, received)?;
     let format = ChatFormat(ResponseMeta::new("chatcmpl", &admitted, &state, body.stream_options));
     respond(admitted, format, body.stream, |f, text, done| {
-        f.0.object("chat.completion", json!({
-            "choices": [{
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": null,
-                "finish_reason": done.finish_reason.openai(),
-            }],
-            "usage": usage_json(&done.usage),
-        }))
+        f.0.object(
+            "chat.completion",
+            json!({
+                "choices": [{
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "logprobs": null,
+                    "finish_reason": done.finish_reason.openai(),
+                }],
+                "usage": usage_json(&done.usage),
+            }),
+        )
     })
     .await
 }

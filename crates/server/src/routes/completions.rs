@@ -52,7 +52,10 @@ pub struct CompletionBody {
 /// OpenAI's default for completions.
 const DEFAULT_MAX_TOKENS: u32 = 16;
 
-pub async fn completions(State(state): State<AppState>, JsonBody(body): JsonBody<CompletionBody>) -> Result<Response, ApiError> {
+pub async fn completions(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<CompletionBody>,
+) -> Result<Response, ApiError> {
     let received = Instant::now();
     state.check_model(body.model.as_deref())?;
     reject_if(body.logprobs.as_ref().is_some_and(|v| !v.is_null()), "logprobs")?;
@@ -64,7 +67,9 @@ pub async fn completions(State(state): State<AppState>, JsonBody(body): JsonBody
         PromptInput::Many(list) => {
             return Err(ApiError::invalid("prompt", format!("one prompt per request is supported, got {}", list.len())))
         }
-        PromptInput::Tokens(_) => return Err(ApiError::invalid("prompt", "token-id prompts are not supported; send text")),
+        PromptInput::Tokens(_) => {
+            return Err(ApiError::invalid("prompt", "token-id prompts are not supported; send text"))
+        }
     };
     if prompt.is_empty() {
         return Err(ApiError::invalid("prompt", "`prompt` must not be empty"));
@@ -88,10 +93,13 @@ pub async fn completions(State(state): State<AppState>, JsonBody(body): JsonBody
     let admitted = admit(&state, "completions", "prompt", request, received)?;
     let format = CompletionFormat(ResponseMeta::new("cmpl", &admitted, &state, body.stream_options));
     respond(admitted, format, body.stream, |f, text, done| {
-        f.0.object("text_completion", json!({
-            "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": done.finish_reason.openai()}],
-            "usage": usage_json(&done.usage),
-        }))
+        f.0.object(
+            "text_completion",
+            json!({
+                "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": done.finish_reason.openai()}],
+                "usage": usage_json(&done.usage),
+            }),
+        )
     })
     .await
 }
@@ -119,7 +127,9 @@ impl StreamFormat for CompletionFormat {
             events.push(json_event(&ApiError::internal(error.clone()).body()));
         }
         let reason = done.finish_reason.openai();
-        events.push(self.chunk(json!([{"index": 0, "text": "", "logprobs": null, "finish_reason": reason}]), Value::Null));
+        events.push(
+            self.chunk(json!([{"index": 0, "text": "", "logprobs": null, "finish_reason": reason}]), Value::Null),
+        );
         if self.0.include_usage {
             events.push(self.chunk(json!([]), usage_json(&done.usage)));
         }

@@ -37,7 +37,10 @@ pub struct GenerateBody {
 
 const DEFAULT_MAX_TOKENS: u32 = 128;
 
-pub async fn generate(State(state): State<AppState>, JsonBody(body): JsonBody<GenerateBody>) -> Result<Response, ApiError> {
+pub async fn generate(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<GenerateBody>,
+) -> Result<Response, ApiError> {
     let received = Instant::now();
     if body.prompt.is_empty() {
         return Err(ApiError::invalid("prompt", "`prompt` must not be empty"));
@@ -49,11 +52,8 @@ pub async fn generate(State(state): State<AppState>, JsonBody(body): JsonBody<Ge
         (None, Some(n)) => (Some(n), "max_new_tokens"),
         (n, _) => (n, "max_tokens"),
     };
-    let prompt = if body.chat {
-        Prompt::Chat(vec![ChatMessage::new("user", body.prompt)])
-    } else {
-        Prompt::Text(body.prompt)
-    };
+    let prompt =
+        if body.chat { Prompt::Chat(vec![ChatMessage::new("user", body.prompt)]) } else { Prompt::Text(body.prompt) };
     let request = GenerationParams {
         max_tokens,
         max_tokens_param,

@@ -38,7 +38,10 @@ pub struct DetokenizeBody {
     tokens: Vec<i64>,
 }
 
-pub async fn tokenize(State(state): State<AppState>, JsonBody(body): JsonBody<TokenizeBody>) -> Result<Response, ApiError> {
+pub async fn tokenize(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<TokenizeBody>,
+) -> Result<Response, ApiError> {
     state.check_model(body.model.as_deref())?;
     let backend = state.backend().ok_or_else(|| ApiError::unavailable("the model is still loading"))?.clone();
     let (prompt, param) = match (body.prompt, body.messages) {
@@ -53,17 +56,24 @@ pub async fn tokenize(State(state): State<AppState>, JsonBody(body): JsonBody<To
         .map_err(|_| ApiError::internal("tokenizing failed"))?
         .map_err(|rejected| ApiError::invalid(param, rejected.to_string()))?;
     let max_model_len = state.backend().map_or(0, |b| b.context_length());
-    Ok(Json(json!({"count": tokens.len(), "max_model_len": max_model_len, "tokens": tokens, "token_strs": null})).into_response())
+    Ok(Json(json!({"count": tokens.len(), "max_model_len": max_model_len, "tokens": tokens, "token_strs": null}))
+        .into_response())
 }
 
-pub async fn detokenize(State(state): State<AppState>, JsonBody(body): JsonBody<DetokenizeBody>) -> Result<Response, ApiError> {
+pub async fn detokenize(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<DetokenizeBody>,
+) -> Result<Response, ApiError> {
     state.check_model(body.model.as_deref())?;
     let backend = state.backend().ok_or_else(|| ApiError::unavailable("the model is still loading"))?;
     let tokens = body
         .tokens
         .iter()
         .enumerate()
-        .map(|(i, &t)| u32::try_from(t).map_err(|_| ApiError::invalid(format!("tokens[{i}]"), format!("token id {t} is not a valid token id"))))
+        .map(|(i, &t)| {
+            u32::try_from(t)
+                .map_err(|_| ApiError::invalid(format!("tokens[{i}]"), format!("token id {t} is not a valid token id")))
+        })
         .collect::<Result<Vec<u32>, _>>()?;
     let text = backend.detokenize(&tokens).map_err(|rejected| ApiError::invalid("tokens", rejected.to_string()))?;
     Ok(Json(json!({"prompt": text})).into_response())

