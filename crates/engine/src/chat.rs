@@ -6,7 +6,7 @@
 
 use minijinja::{context, Environment, Error, ErrorKind};
 
-use crate::request::ChatMessage;
+use rillm_backend::ChatMessage;
 
 /// A compiled chat template plus the special-token strings it may reference.
 pub struct ChatTemplate {

@@ -5,17 +5,19 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crate::backend::Tokenizer;
 use crate::config::EngineConfig;
-use crate::error::{EngineError, Rejected};
+use crate::error::EngineError;
 use crate::llama::{load_model, LlamaExecutor};
 use crate::queue::{PushError, WaitQueue};
-use crate::request::{FinishReason, GenerateRequest, Prompt};
+use crate::runtime::Tokenizer;
 use crate::scheduler::Scheduler;
 use crate::sequence::PendingRequest;
 use crate::stats::EngineStats;
-use crate::stream::RequestStream;
+use crate::supervise::run_supervised;
 use crate::Executor;
+use rillm_backend::Rejected;
+use rillm_backend::RequestStream;
+use rillm_backend::{FinishReason, GenerateRequest, Prompt};
 
 /// A running engine. Cheap to clone; the engine stops when the last clone is dropped or
 /// [`Engine::shutdown`] is called.
@@ -60,17 +62,16 @@ impl Engine {
                     let stats = Arc::new(EngineStats::new(total_cells));
                     let _ = ready_tx.send(Ok((Arc::clone(&stats), executor.ctx_per_sequence())));
                     let tokenizer: Arc<dyn Tokenizer> = Arc::clone(&model) as Arc<dyn Tokenizer>;
-                    Scheduler::new(
+                    let scheduler = Scheduler::new(
                         executor,
                         tokenizer,
-                        queue,
+                        Arc::clone(&queue),
                         Arc::clone(&stats),
                         config.max_running,
                         config.prefix_caching,
                         config.host_cache_bytes,
-                    )
-                    .run();
-                    stats.mark_dead();
+                    );
+                    run_supervised(|| scheduler.run(), &queue, &stats);
                 })
                 .map_err(|e| EngineError::Thread(e.to_string()))?
         };
@@ -102,7 +103,7 @@ impl Engine {
     pub fn submit(&self, request: GenerateRequest) -> Result<RequestStream, Rejected> {
         let inner = &self.inner;
         if inner.queue.is_closed() {
-            return Err(Rejected::ShuttingDown);
+            return Err(self.closed_reason());
         }
         let prompt = self.tokenize_prompt(&request.prompt)?;
         if prompt.is_empty() {
@@ -136,7 +137,15 @@ impl Engine {
                 Ok(RequestStream::new(id, prompt_tokens, receiver))
             }
             Err(PushError::Full(_)) => Err(Rejected::QueueFull { capacity: inner.queue.capacity() }),
-            Err(PushError::Closed(_)) => Err(Rejected::ShuttingDown),
+            Err(PushError::Closed(_)) => Err(self.closed_reason()),
+        }
+    }
+
+    /// Why a closed queue refuses: a fault, or an orderly shutdown.
+    fn closed_reason(&self) -> Rejected {
+        match self.inner.stats.failure() {
+            Some(reason) => Rejected::EngineFailed(reason.to_string()),
+            None => Rejected::ShuttingDown,
         }
     }
 
@@ -207,7 +216,7 @@ impl Engine {
 impl Inner {
     fn shutdown(&self) {
         for request in self.queue.close() {
-            request.finish_unstarted(FinishReason::Cancelled);
+            request.finish_unstarted(FinishReason::Cancelled, None);
         }
         let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(thread) = thread {

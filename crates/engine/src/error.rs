@@ -12,21 +12,3 @@ pub enum EngineError {
     #[error("engine thread: {0}")]
     Thread(String),
 }
-
-/// Why `submit` refused a request. Returned at once, before any model work.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum Rejected {
-    #[error("the waiting queue is full ({capacity} requests waiting); retry later")]
-    QueueFull { capacity: usize },
-    #[error(
-        "prompt ({prompt_tokens} tokens) plus max_tokens ({max_tokens}) exceeds the context \
-         of {context} tokens per sequence"
-    )]
-    ContextOverflow { prompt_tokens: usize, max_tokens: usize, context: usize },
-    #[error("the prompt is empty")]
-    EmptyPrompt,
-    #[error("{0}")]
-    InvalidRequest(String),
-    #[error("the engine is shutting down")]
-    ShuttingDown,
-}

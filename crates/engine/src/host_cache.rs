@@ -14,8 +14,8 @@
 use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
-use crate::backend::TokenId;
 use crate::prefix_cache::reusable;
+use crate::runtime::TokenId;
 
 /// Tokens per hashed block. Small, so a match is found close to its true length; the
 /// exact length is counted from the tokens anyway.

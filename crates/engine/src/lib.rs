@@ -8,7 +8,6 @@
 //!
 //! Nothing here knows about HTTP: the server and the CLI are both plain callers.
 
-mod backend;
 mod chat;
 mod config;
 mod engine;
@@ -18,22 +17,26 @@ mod host_cache;
 mod llama;
 mod prefix_cache;
 mod queue;
-mod request;
+mod runtime;
 mod scheduler;
 mod sequence;
+mod serve_backend;
 mod stats;
-mod stream;
+mod supervise;
 mod text_stream;
 
-pub use backend::{BatchToken, Executor, TokenId, Tokenizer};
 pub use chat::ChatTemplate;
 pub use config::{EngineConfig, DEFAULT_HOST_CACHE_MIB};
 pub use engine::Engine;
-pub use error::{EngineError, Rejected};
+pub use error::EngineError;
 pub use queue::{PushError, WaitQueue};
-pub use request::{
-    ChatMessage, Completion, FinishReason, GenerateRequest, Prompt, SamplingParams, ServerTimings, StreamEvent, Usage,
-};
-pub use stats::{EngineStats, PrefixCacheSnapshot, StatsSnapshot};
-pub use stream::RequestStream;
+pub use runtime::{BatchToken, Executor, Tokenizer};
+pub use stats::{EngineStats, STALL_AFTER};
 pub use text_stream::{TextPiece, TextStream};
+
+// The request, event and statistics types are the backend seam's; callers of the engine
+// alone (the CLI, benchmarks, tests) find them here too.
+pub use rillm_backend::{
+    Backend, ChatMessage, Completion, FinishReason, GenerateRequest, Health, PrefixCacheSnapshot, Prompt, Rejected,
+    RequestStream, SamplingParams, ServerTimings, StatsSnapshot, StreamEvent, TokenId, Usage,
+};

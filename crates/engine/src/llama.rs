@@ -16,11 +16,11 @@ use llama_cpp_2::token::logit_bias::LlamaLogitBias;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::{LlamaStateSeqFlags, SeqState};
 
-use crate::backend::{BatchToken, Executor, TokenId, Tokenizer};
 use crate::chat::ChatTemplate;
 use crate::config::EngineConfig;
 use crate::error::EngineError;
-use crate::request::SamplingParams;
+use crate::runtime::{BatchToken, Executor, TokenId, Tokenizer};
+use rillm_backend::SamplingParams;
 
 /// llama.cpp's global state may be initialised once per process; every engine shares it.
 fn backend() -> Result<&'static LlamaBackend, EngineError> {

@@ -5,7 +5,7 @@
 //! they are reclaimed by simply being overwritten. This module only remembers which tokens
 //! each idle slot holds; the scheduler decides where a request goes and what it copies.
 
-use crate::backend::TokenId;
+use crate::runtime::TokenId;
 
 #[derive(Debug)]
 pub struct PrefixCache {

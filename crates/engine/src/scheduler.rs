@@ -9,13 +9,13 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{BatchToken, Executor, TokenId, Tokenizer};
 use crate::host_cache::HostCache;
 use crate::prefix_cache::{reusable, PrefixCache};
 use crate::queue::WaitQueue;
-use crate::request::FinishReason;
+use crate::runtime::{BatchToken, Executor, TokenId, Tokenizer};
 use crate::sequence::{PendingRequest, Sequence};
 use crate::stats::EngineStats;
+use rillm_backend::FinishReason;
 
 /// Copying another slot's KV stream costs about as much as prefilling a few tokens; below
 /// this many extra reusable tokens it is not worth it.
@@ -272,7 +272,7 @@ impl<E: Executor> Scheduler<E> {
     }
 
     /// Tokens whose KV cells `slot` holds, running or idle.
-    fn slot_tokens(&self, slot: usize) -> Vec<crate::backend::TokenId> {
+    fn slot_tokens(&self, slot: usize) -> Vec<crate::runtime::TokenId> {
         match &self.slots[slot] {
             Some(seq) => seq.kv_tokens().collect(),
             None => self.prefix_cache.held(slot).to_vec(),
@@ -281,7 +281,7 @@ impl<E: Executor> Scheduler<E> {
 
     /// The other slot, running or idle, whose KV shares the longest reusable prefix with
     /// `prompt`: a cold slot can copy it instead of recomputing a shared system prompt.
-    fn best_donor(&self, prompt: &[crate::backend::TokenId], except: usize) -> Option<(usize, usize)> {
+    fn best_donor(&self, prompt: &[crate::runtime::TokenId], except: usize) -> Option<(usize, usize)> {
         (0..self.slots.len())
             .filter(|&s| s != except)
             .map(|s| {
@@ -400,7 +400,7 @@ impl<E: Executor> Scheduler<E> {
         }
         for request in self.queue.close() {
             self.stats.record_finished(request.prompt.len() as u32, 0, true);
-            request.finish_unstarted(FinishReason::Cancelled);
+            request.finish_unstarted(FinishReason::Cancelled, None);
         }
     }
 

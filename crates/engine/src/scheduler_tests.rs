@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::Scheduler;
-use crate::backend::{BatchToken, Executor, TokenId, Tokenizer};
 use crate::chat::ChatTemplate;
 use crate::queue::WaitQueue;
-use crate::request::{SamplingParams, StreamEvent};
+use crate::runtime::{BatchToken, Executor, TokenId, Tokenizer};
 use crate::sequence::PendingRequest;
 use crate::stats::EngineStats;
+use rillm_backend::{SamplingParams, StreamEvent};
 
 /// One token per byte; token 0 ends generation.
 struct ByteTokenizer;

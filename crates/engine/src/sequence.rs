@@ -5,9 +5,9 @@ use std::time::Instant;
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::backend::{TokenId, Tokenizer};
-use crate::request::{Completion, FinishReason, SamplingParams, ServerTimings, StreamEvent, Usage};
+use crate::runtime::{TokenId, Tokenizer};
 use crate::text_stream::{TextPiece, TextStream};
+use rillm_backend::{Completion, FinishReason, SamplingParams, ServerTimings, StreamEvent, Usage};
 
 /// A request waiting for a sequence slot, already tokenized and validated.
 #[derive(Debug)]
@@ -28,14 +28,14 @@ impl PendingRequest {
     }
 
     /// Sends the final event for a request that never got a slot.
-    pub fn finish_unstarted(self, reason: FinishReason) {
+    pub fn finish_unstarted(self, reason: FinishReason, error: Option<String>) {
         let usage = Usage { prompt_tokens: self.prompt.len() as u32, ..Usage::default() };
         let queue_ms = ms(self.submitted.elapsed());
         let _ = self.events.send(StreamEvent::Finished(Completion {
             finish_reason: reason,
             usage,
             timings: ServerTimings { queue_ms, ..ServerTimings::default() },
-            error: None,
+            error,
         }));
     }
 }

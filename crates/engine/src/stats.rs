@@ -2,7 +2,13 @@
 //! thread, read by anyone, lock-free.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+use rillm_backend::{Health, PrefixCacheSnapshot, StatsSnapshot};
+
+/// How long an engine with work may go without finishing a step before it counts as stalled.
+pub const STALL_AFTER: Duration = Duration::from_secs(10);
 
 #[derive(Debug)]
 pub struct EngineStats {
@@ -14,6 +20,8 @@ pub struct EngineStats {
     kv_cells_total: AtomicU64,
     busy: AtomicBool,
     alive: AtomicBool,
+    /// Why the engine thread died, if it died on a fault.
+    failure: OnceLock<String>,
     /// Milliseconds since `started` at the end of the last engine step or idle wake-up.
     last_progress_ms: AtomicU64,
     steps: AtomicU64,
@@ -41,55 +49,6 @@ struct PrefixCounters {
     host_restore_micros: AtomicU64,
 }
 
-/// Prefix caching, as metrics report it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PrefixCacheSnapshot {
-    /// Prompt tokens of admitted requests (vLLM's `prefix_cache_queries`).
-    pub queried_tokens: u64,
-    /// Of those, tokens whose KV was reused (vLLM's `prefix_cache_hits`).
-    pub hit_tokens: u64,
-    pub host_budget_bytes: u64,
-    pub host_bytes: u64,
-    pub host_entries: u64,
-    pub host_saves: u64,
-    pub host_evictions: u64,
-    pub host_restores: u64,
-    /// Restores that failed and fell back to prefill.
-    pub host_restore_failures: u64,
-    pub host_restored_tokens: u64,
-    pub host_restore_micros: u64,
-}
-
-/// A consistent-enough copy of the counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StatsSnapshot {
-    pub running: u64,
-    pub waiting: u64,
-    /// Cells held by running sequences.
-    pub kv_cells_used: u64,
-    /// Cells of idle slots kept for prefix reuse; free for the taking.
-    pub kv_cells_cached: u64,
-    pub kv_cells_total: u64,
-    pub steps: u64,
-    pub prompt_tokens: u64,
-    pub generation_tokens: u64,
-    pub finished: u64,
-    pub cancelled: u64,
-    /// Running sequences moved down into a freed slot to keep the batch contiguous.
-    pub sequences_moved: u64,
-    pub prefix: PrefixCacheSnapshot,
-}
-
-impl StatsSnapshot {
-    pub fn kv_usage(&self) -> f64 {
-        if self.kv_cells_total == 0 {
-            0.0
-        } else {
-            self.kv_cells_used as f64 / self.kv_cells_total as f64
-        }
-    }
-}
-
 impl EngineStats {
     pub(crate) fn new(kv_cells_total: u64) -> Self {
         Self {
@@ -101,6 +60,7 @@ impl EngineStats {
             kv_cells_total: AtomicU64::new(kv_cells_total),
             busy: AtomicBool::new(false),
             alive: AtomicBool::new(true),
+            failure: OnceLock::new(),
             last_progress_ms: AtomicU64::new(0),
             steps: AtomicU64::new(0),
             prompt_tokens: AtomicU64::new(0),
@@ -144,17 +104,35 @@ impl EngineStats {
         }
     }
 
-    /// True while the engine thread runs and, when it has work, finished a step within
+    /// Ok while the engine thread runs and, when it has work, finished a step within
     /// `stall_after`.
-    pub fn is_healthy(&self, stall_after: Duration) -> bool {
+    pub fn health_within(&self, stall_after: Duration) -> Health {
+        if let Some(reason) = self.failure.get() {
+            return Health::Failed(reason.clone());
+        }
         if !self.alive.load(Relaxed) {
-            return false;
+            return Health::Failed("the engine was shut down".into());
         }
         if !self.busy.load(Relaxed) {
-            return true;
+            return Health::Ok;
         }
         let now_ms = self.started.elapsed().as_millis() as u64;
-        now_ms.saturating_sub(self.last_progress_ms.load(Relaxed)) <= stall_after.as_millis() as u64
+        if now_ms.saturating_sub(self.last_progress_ms.load(Relaxed)) <= stall_after.as_millis() as u64 {
+            Health::Ok
+        } else {
+            Health::Stalled
+        }
+    }
+
+    /// [`Self::health_within`] the default stall limit: a step on these models takes
+    /// milliseconds, so ten seconds without one means stuck.
+    pub fn health(&self) -> Health {
+        self.health_within(STALL_AFTER)
+    }
+
+    /// Why the engine thread died on a fault, if it did.
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.get().map(String::as_str)
     }
 
     pub(crate) fn set_occupancy(&self, running: usize, waiting: usize, kv_cells_used: u64, kv_cells_cached: u64) {
@@ -214,6 +192,10 @@ impl EngineStats {
         p.host_entries.store(counts.entries as u64, Relaxed);
         p.host_saves.store(counts.saves, Relaxed);
         p.host_evictions.store(counts.evictions, Relaxed);
+    }
+
+    pub(crate) fn mark_failed(&self, reason: &str) {
+        let _ = self.failure.set(reason.to_string());
     }
 
     pub(crate) fn mark_dead(&self) {

@@ -4,7 +4,7 @@
 //! tokens (its bytes are held until the character is whole), and a stop string must never
 //! reach the client (text that could be the start of one is held until it can't be).
 
-use crate::backend::TokenId;
+use crate::runtime::TokenId;
 
 /// What one token produced.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use rillm_engine::{GenerateRequest, Rejected, RequestStream};
+use rillm_backend::{GenerateRequest, Rejected, RequestStream};
 
 use crate::error::ApiError;
 use crate::metrics;
@@ -48,7 +48,7 @@ fn rejection_error(rejected: &Rejected, prompt_param: &'static str) -> ApiError 
         }
         Rejected::EmptyPrompt => ApiError::invalid(prompt_param, message).with_code("empty_prompt"),
         Rejected::InvalidRequest(_) => ApiError::invalid(prompt_param, message),
-        Rejected::ShuttingDown => ApiError::unavailable(message),
+        Rejected::ShuttingDown | Rejected::EngineFailed(_) => ApiError::unavailable(message),
     }
 }
 
@@ -57,6 +57,6 @@ fn rejection_reason(rejected: &Rejected) -> &'static str {
         Rejected::QueueFull { .. } => "queue_full",
         Rejected::ContextOverflow { .. } => "context_overflow",
         Rejected::EmptyPrompt | Rejected::InvalidRequest(_) => "invalid",
-        Rejected::ShuttingDown => "unavailable",
+        Rejected::ShuttingDown | Rejected::EngineFailed(_) => "unavailable",
     }
 }

@@ -6,7 +6,6 @@
 
 mod admission;
 mod auth;
-mod backend;
 mod error;
 mod json;
 pub mod metrics;
@@ -29,8 +28,8 @@ use axum::{middleware, Extension, Router};
 use tokio::net::TcpListener;
 use tower_http::catch_panic::CatchPanicLayer;
 
-pub use backend::Backend;
 pub use error::ApiError;
+pub use rillm_backend::{Backend, Health};
 pub use state::{AppState, Phase};
 
 #[derive(Debug, Clone)]
@@ -62,6 +61,9 @@ impl Default for ServerConfig {
 pub enum ServeError {
     #[error("loading the model failed: {0}")]
     Load(String),
+    /// The engine died while serving; the process should exit non-zero to be restarted.
+    #[error("the engine failed: {0}")]
+    EngineFailed(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -138,14 +140,45 @@ where
         }
     };
     let backend = loaded.map_err(|e| ServeError::Load(e.to_string()))?.map_err(ServeError::Load)?;
-    state.set_backend(backend);
+    state.set_backend(Arc::clone(&backend));
     tracing::info!(model = %state.model_name(), "ready");
 
-    shutdown.await;
-    shutdown::drain(&state).await;
+    let failure = tokio::select! {
+        () = shutdown => None,
+        reason = engine_failure(Arc::clone(&backend)) => Some(reason),
+    };
+    match &failure {
+        None => shutdown::drain(&state).await,
+        Some(reason) => {
+            // Waiting and running requests got their error events from the engine side;
+            // let those reach the clients, then stop so an orchestrator restarts us.
+            tracing::error!(%reason, "the engine failed; stopping the server");
+            state.begin_draining();
+            shutdown::wait_for_in_flight(&state, FAILED_ENGINE_FLUSH).await;
+        }
+    }
     let _ = stop_http.send(());
     // Idle keep-alive connections can hold graceful shutdown open; don't wait on them long.
     let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
     upkeep.abort();
-    Ok(())
+    match failure {
+        None => Ok(()),
+        Some(reason) => Err(ServeError::EngineFailed(reason)),
+    }
+}
+
+/// How often the server checks that the engine is still alive.
+const ENGINE_WATCH_INTERVAL: Duration = Duration::from_millis(200);
+/// How long in-flight responses get to deliver their error events once the engine died.
+const FAILED_ENGINE_FLUSH: Duration = Duration::from_secs(2);
+
+/// Resolves with the reason once the backend reports that it failed.
+async fn engine_failure(backend: Arc<dyn Backend>) -> String {
+    let mut tick = tokio::time::interval(ENGINE_WATCH_INTERVAL);
+    loop {
+        tick.tick().await;
+        if let Health::Failed(reason) = backend.health() {
+            return reason;
+        }
+    }
 }

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use metrics::{counter, gauge, histogram, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::backend::Backend;
+use rillm_backend::Backend;
 
 pub const RUNNING: &str = "vllm:num_requests_running";
 pub const WAITING: &str = "vllm:num_requests_waiting";
@@ -70,7 +70,7 @@ pub fn render(backend: Option<&dyn Backend>) -> String {
 }
 
 /// Prefix caching: vLLM's token counters, and rillm's host-memory tier.
-fn render_prefix_cache(model: &str, p: &rillm_engine::PrefixCacheSnapshot) {
+fn render_prefix_cache(model: &str, p: &rillm_backend::PrefixCacheSnapshot) {
     let counters = [
         (PREFIX_QUERIES, p.queried_tokens),
         (PREFIX_HITS, p.hit_tokens),

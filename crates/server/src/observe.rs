@@ -5,9 +5,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use rillm_engine::Completion;
+use rillm_backend::Completion;
 
 use crate::metrics::{self, RequestMetrics};
+use crate::openai::openai_finish_reason;
 
 pub struct RequestObserver {
     id: u64,
@@ -50,7 +51,7 @@ impl RequestObserver {
     pub fn on_finish(&mut self, done: &Completion) {
         self.finished = true;
         let e2e = self.received.elapsed();
-        let reason = done.finish_reason.openai();
+        let reason = openai_finish_reason(done.finish_reason);
         self.metrics.finished(
             reason,
             e2e.as_secs_f64(),

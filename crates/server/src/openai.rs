@@ -2,7 +2,7 @@
 
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use rillm_engine::{Completion, GenerateRequest, Prompt, SamplingParams, Usage};
+use rillm_backend::{Completion, FinishReason, GenerateRequest, Prompt, SamplingParams, Usage};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -20,6 +20,17 @@ pub enum StopInput {
 }
 
 const MAX_STOP_STRINGS: usize = 16;
+
+/// The OpenAI spelling of a finish reason: `stop` and `length` for a finished
+/// completion, as vLLM sends; `abort` and `error` for the rest.
+pub fn openai_finish_reason(reason: FinishReason) -> &'static str {
+    match reason {
+        FinishReason::Length => "length",
+        FinishReason::Stop | FinishReason::Eos => "stop",
+        FinishReason::Cancelled => "abort",
+        FinishReason::Error => "error",
+    }
+}
 
 /// The generation knobs every endpoint accepts, before validation.
 #[derive(Debug, Default)]

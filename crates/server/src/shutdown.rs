@@ -21,8 +21,13 @@ pub async fn drain(state: &AppState) {
         let _ = tokio::task::spawn_blocking(move || backend.shutdown()).await;
     }
     // Let the last events of cancelled streams reach their clients.
-    let flush_deadline = Instant::now() + Duration::from_secs(1);
-    while state.in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < flush_deadline {
+    wait_for_in_flight(state, Duration::from_secs(1)).await;
+}
+
+/// Waits until no admitted request is left, or `limit` passes.
+pub async fn wait_for_in_flight(state: &AppState, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while state.in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

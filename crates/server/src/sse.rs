@@ -10,7 +10,7 @@ use axum::http::HeaderValue;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use rillm_engine::{Completion, FinishReason, ServerTimings, StreamEvent, Usage};
+use rillm_backend::{Completion, FinishReason, ServerTimings, StreamEvent, Usage};
 
 use crate::admission::Admitted;
 

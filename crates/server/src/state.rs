@@ -3,9 +3,9 @@
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use crate::backend::Backend;
 use crate::error::ApiError;
 use crate::ServerConfig;
+use rillm_backend::Backend;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]

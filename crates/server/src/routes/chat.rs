@@ -5,14 +5,16 @@ use std::time::Instant;
 use axum::extract::State;
 use axum::response::sse::Event;
 use axum::response::Response;
-use rillm_engine::{ChatMessage, Completion, Prompt};
+use rillm_backend::{ChatMessage, Completion, Prompt};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::admission::admit;
 use crate::error::ApiError;
 use crate::json::JsonBody;
-use crate::openai::{reject_if, respond, usage_json, GenerationParams, ResponseMeta, StopInput, StreamOptions};
+use crate::openai::{
+    openai_finish_reason, reject_if, respond, usage_json, GenerationParams, ResponseMeta, StopInput, StreamOptions,
+};
 use crate::sse::{json_event, StreamFormat};
 use crate::state::AppState;
 
@@ -140,7 +142,7 @@ pub async fn chat_completions(
                     "index": 0,
                     "message": {"role": "assistant", "content": text},
                     "logprobs": null,
-                    "finish_reason": done.finish_reason.openai(),
+                    "finish_reason": openai_finish_reason(done.finish_reason),
                 }],
                 "usage": usage_json(&done.usage),
             }),
@@ -176,7 +178,7 @@ impl StreamFormat for ChatFormat {
         if let Some(error) = &done.error {
             events.push(json_event(&ApiError::internal(error.clone()).body()));
         }
-        events.push(self.chunk(json!({}), Some(done.finish_reason.openai())));
+        events.push(self.chunk(json!({}), Some(openai_finish_reason(done.finish_reason))));
         if self.0.include_usage {
             let usage = json!({"choices": [], "usage": usage_json(&done.usage)});
             events.push(json_event(&self.0.object("chat.completion.chunk", usage)));

@@ -5,14 +5,16 @@ use std::time::Instant;
 use axum::extract::State;
 use axum::response::sse::Event;
 use axum::response::Response;
-use rillm_engine::{Completion, Prompt};
+use rillm_backend::{Completion, Prompt};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::admission::admit;
 use crate::error::ApiError;
 use crate::json::JsonBody;
-use crate::openai::{reject_if, respond, usage_json, GenerationParams, ResponseMeta, StopInput, StreamOptions};
+use crate::openai::{
+    openai_finish_reason, reject_if, respond, usage_json, GenerationParams, ResponseMeta, StopInput, StreamOptions,
+};
 use crate::sse::{json_event, StreamFormat};
 use crate::state::AppState;
 
@@ -96,7 +98,7 @@ pub async fn completions(
         f.0.object(
             "text_completion",
             json!({
-                "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": done.finish_reason.openai()}],
+                "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": openai_finish_reason(done.finish_reason)}],
                 "usage": usage_json(&done.usage),
             }),
         )
@@ -126,7 +128,7 @@ impl StreamFormat for CompletionFormat {
         if let Some(error) = &done.error {
             events.push(json_event(&ApiError::internal(error.clone()).body()));
         }
-        let reason = done.finish_reason.openai();
+        let reason = openai_finish_reason(done.finish_reason);
         events.push(
             self.chunk(json!([{"index": 0, "text": "", "logprobs": null, "finish_reason": reason}]), Value::Null),
         );

@@ -8,7 +8,7 @@ use std::time::Instant;
 use axum::extract::State;
 use axum::response::sse::Event;
 use axum::response::Response;
-use rillm_engine::{ChatMessage, Completion, Prompt};
+use rillm_backend::{ChatMessage, Completion, Prompt};
 use serde::Deserialize;
 use serde_json::json;
 

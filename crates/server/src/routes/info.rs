@@ -6,29 +6,41 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
+use rillm_backend::Health;
+
 use crate::metrics;
 use crate::openai::unix_now;
 use crate::state::{AppState, Phase};
 
 /// 200 while the engine thread is alive and making progress (also while loading: the
-/// process is healthy, just not ready).
+/// process is healthy, just not ready). 503 once it stalls or dies: a liveness probe
+/// then restarts the process.
 pub async fn health(State(state): State<AppState>) -> Response {
-    match state.backend() {
-        Some(backend) if !backend.is_healthy() => {
-            (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "engine not making progress"}))).into_response()
-        }
-        _ => (StatusCode::OK, Json(json!({"status": "ok"}))).into_response(),
+    match state.backend().map(|b| b.health()) {
+        Some(Health::Stalled) => unavailable("engine not making progress", None),
+        Some(Health::Failed(reason)) => unavailable("engine failed", Some(reason)),
+        Some(Health::Ok) | None => (StatusCode::OK, Json(json!({"status": "ok"}))).into_response(),
     }
 }
 
 /// 200 only when new requests are being accepted.
 pub async fn ready(State(state): State<AppState>) -> Response {
-    let (status, text) = match state.phase() {
-        Phase::Ready => (StatusCode::OK, "ready"),
-        Phase::Loading => (StatusCode::SERVICE_UNAVAILABLE, "loading"),
-        Phase::Draining => (StatusCode::SERVICE_UNAVAILABLE, "draining"),
+    if let Some(Health::Failed(reason)) = state.backend().map(|b| b.health()) {
+        return unavailable("engine failed", Some(reason));
+    }
+    match state.phase() {
+        Phase::Ready => (StatusCode::OK, Json(json!({"status": "ready"}))).into_response(),
+        Phase::Loading => unavailable("loading", None),
+        Phase::Draining => unavailable("draining", None),
+    }
+}
+
+fn unavailable(status: &str, reason: Option<String>) -> Response {
+    let body = match reason {
+        Some(reason) => json!({"status": status, "reason": reason}),
+        None => json!({"status": status}),
     };
-    (status, Json(json!({"status": text}))).into_response()
+    (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
 }
 
 pub async fn models(State(state): State<AppState>) -> Response {

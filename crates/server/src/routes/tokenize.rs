@@ -7,7 +7,7 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use rillm_engine::Prompt;
+use rillm_backend::Prompt;
 use serde::Deserialize;
 use serde_json::json;
 

@@ -18,7 +18,8 @@ pub struct RequestStream {
 }
 
 impl RequestStream {
-    pub(crate) fn new(id: u64, prompt_tokens: usize, events: UnboundedReceiver<StreamEvent>) -> Self {
+    /// The engine side keeps the sender; every event it sends arrives here in order.
+    pub fn new(id: u64, prompt_tokens: usize, events: UnboundedReceiver<StreamEvent>) -> Self {
         Self { id, prompt_tokens, events }
     }
 

@@ -6,9 +6,9 @@
 //! inference state and never leaves the engine thread.
 
 use crate::chat::ChatTemplate;
-use crate::request::SamplingParams;
+use rillm_backend::SamplingParams;
 
-pub type TokenId = u32;
+pub use rillm_backend::TokenId;
 
 pub trait Tokenizer: Send + Sync + 'static {
     /// `add_special` adds BOS/EOS as the model asks; special-token text is always parsed.

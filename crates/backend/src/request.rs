@@ -1,6 +1,7 @@
 //! The request and event types that cross the engine boundary.
 
-use crate::backend::TokenId;
+/// A token id of the model's vocabulary.
+pub type TokenId = u32;
 
 /// What to generate from.
 #[derive(Debug, Clone, PartialEq)]
@@ -125,16 +126,6 @@ impl FinishReason {
             Self::Length => "length",
             Self::Eos => "eos",
             Self::Cancelled => "cancelled",
-            Self::Error => "error",
-        }
-    }
-
-    /// The OpenAI API knows only `stop` and `length` for a finished completion.
-    pub fn openai(self) -> &'static str {
-        match self {
-            Self::Length => "length",
-            Self::Stop | Self::Eos => "stop",
-            Self::Cancelled => "abort",
             Self::Error => "error",
         }
     }

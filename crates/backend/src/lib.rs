@@ -1,0 +1,55 @@
+//! The seam between rillm's HTTP server and whatever generates tokens.
+//!
+//! The server depends only on this crate: the [`Backend`] trait and the types that cross
+//! it (requests, stream events, rejections, statistics). The llama.cpp engine implements
+//! it; so does a scripted backend in the server's tests, which reaches the error paths a
+//! real model cannot be made to take (a decode failure mid-stream, the engine dying).
+//! Keeping llama.cpp behind this line means building and testing the HTTP layer compiles
+//! no C++.
+
+mod rejected;
+mod request;
+#[cfg(feature = "scripted")]
+pub mod scripted;
+mod stats;
+mod stream;
+
+pub use rejected::Rejected;
+pub use request::{
+    ChatMessage, Completion, FinishReason, GenerateRequest, Prompt, SamplingParams, ServerTimings, StreamEvent,
+    TokenId, Usage,
+};
+pub use stats::{PrefixCacheSnapshot, StatsSnapshot};
+pub use stream::RequestStream;
+
+/// Whether the engine behind a backend can still serve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Health {
+    /// Running, and making progress whenever it has work.
+    Ok,
+    /// Running, but it has had work and no finished step for too long.
+    Stalled,
+    /// Stopped on a fault (the engine thread panicked or its runtime failed): requests in
+    /// flight got an error, new ones are refused. Only a restart recovers.
+    Failed(String),
+}
+
+/// What the HTTP layer needs from an inference engine. Implementations are shared by every
+/// request handler, so each method must be cheap or say that it is not.
+pub trait Backend: Send + Sync + 'static {
+    /// Validates and queues a request, or says at once why not (before any model work).
+    /// Dropping the returned stream cancels the request.
+    fn submit(&self, request: GenerateRequest) -> Result<RequestStream, Rejected>;
+    /// The token ids generation would see for `prompt` (chat prompts rendered with the
+    /// template); `add_special` says whether a text prompt gets BOS. Costs a tokenization.
+    fn tokenize(&self, prompt: &Prompt, add_special: bool) -> Result<Vec<TokenId>, Rejected>;
+    fn detokenize(&self, tokens: &[TokenId]) -> Result<String, Rejected>;
+    /// The name clients use in `model` and that `/v1/models` lists.
+    fn model_name(&self) -> &str;
+    /// Context tokens per sequence (prompt plus completion).
+    fn context_length(&self) -> u32;
+    fn stats(&self) -> StatsSnapshot;
+    fn health(&self) -> Health;
+    /// Cancels everything and stops the engine.
+    fn shutdown(&self);
+}

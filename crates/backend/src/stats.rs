@@ -1,0 +1,50 @@
+//! What an engine reports about itself, for metrics and health checks.
+
+/// Prefix caching, as metrics report it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PrefixCacheSnapshot {
+    /// Prompt tokens of admitted requests (vLLM's `prefix_cache_queries`).
+    pub queried_tokens: u64,
+    /// Of those, tokens whose KV was reused (vLLM's `prefix_cache_hits`).
+    pub hit_tokens: u64,
+    pub host_budget_bytes: u64,
+    pub host_bytes: u64,
+    pub host_entries: u64,
+    pub host_saves: u64,
+    pub host_evictions: u64,
+    pub host_restores: u64,
+    /// Restores that failed and fell back to prefill.
+    pub host_restore_failures: u64,
+    pub host_restored_tokens: u64,
+    pub host_restore_micros: u64,
+}
+
+/// A consistent-enough copy of the counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    pub running: u64,
+    pub waiting: u64,
+    /// Cells held by running sequences.
+    pub kv_cells_used: u64,
+    /// Cells of idle slots kept for prefix reuse; free for the taking.
+    pub kv_cells_cached: u64,
+    pub kv_cells_total: u64,
+    pub steps: u64,
+    pub prompt_tokens: u64,
+    pub generation_tokens: u64,
+    pub finished: u64,
+    pub cancelled: u64,
+    /// Running sequences moved down into a freed slot to keep the batch contiguous.
+    pub sequences_moved: u64,
+    pub prefix: PrefixCacheSnapshot,
+}
+
+impl StatsSnapshot {
+    pub fn kv_usage(&self) -> f64 {
+        if self.kv_cells_total == 0 {
+            0.0
+        } else {
+            self.kv_cells_used as f64 / self.kv_cells_total as f64
+        }
+    }
+}
