@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rillm_engine::Engine;
-use rillm_server::{Backend, ServerConfig};
+use rillm_server::{Backend, ConnectionLimits, ServerConfig};
 
 use crate::model_args::ModelArgs;
 
@@ -40,6 +40,15 @@ pub struct ServeArgs {
     /// Request body limit in bytes.
     #[arg(long, default_value_t = 1 << 20)]
     max_body_bytes: usize,
+    /// Most open client connections; more are closed on accept (with a log line).
+    #[arg(long, default_value_t = ConnectionLimits::default().max_connections)]
+    max_connections: usize,
+    /// Seconds a request's headers may take to arrive before the connection is closed.
+    #[arg(long, default_value_t = ConnectionLimits::default().header_read_timeout.as_secs())]
+    header_read_timeout: u64,
+    /// Seconds a connection may stay silent (no request, no response bytes) before it is closed.
+    #[arg(long, default_value_t = ConnectionLimits::default().idle_timeout.as_secs())]
+    idle_timeout: u64,
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -56,6 +65,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
         max_body_bytes: args.max_body_bytes,
         served_model_name: args.served_model_name,
+        connections: ConnectionLimits {
+            max_connections: args.max_connections,
+            header_read_timeout: Duration::from_secs(args.header_read_timeout),
+            idle_timeout: Duration::from_secs(args.idle_timeout),
+        },
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         // The compute threads need the cores; the HTTP side is light.

@@ -25,6 +25,23 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     }
 }
 
+/// Refuses a request whose declared `Content-Length` exceeds the body limit before a byte
+/// of the body is read: a client sending 10 MB (or waiting on `Expect: 100-continue`)
+/// learns at once, and the server neither buffers nor waits for the body.
+pub async fn refuse_declared_oversize(request: Request, next: axum::middleware::Next) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let limit = request.extensions().get::<BodyLimit>().map_or(usize::MAX, |l| l.0);
+    let declared = request
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match declared {
+        Some(length) if length > limit as u64 => ApiError::payload_too_large(limit).into_response(),
+        _ => next.run(request).await,
+    }
+}
+
 /// The configured body limit, put in request extensions so errors can state it.
 #[derive(Clone, Copy)]
 pub struct BodyLimit(pub usize);

@@ -6,6 +6,7 @@
 
 mod admission;
 mod auth;
+mod connections;
 mod error;
 mod json;
 pub mod metrics;
@@ -16,18 +17,18 @@ mod shutdown;
 mod sse;
 mod state;
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use axum::{middleware, Extension, Router};
 use tokio::net::TcpListener;
 use tower_http::catch_panic::CatchPanicLayer;
 
+pub use connections::ConnectionLimits;
 pub use error::ApiError;
 pub use rillm_backend::{Backend, Health};
 pub use state::{AppState, Phase};
@@ -43,6 +44,7 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// Model name reported and accepted; default: the model file's stem.
     pub served_model_name: Option<String>,
+    pub connections: ConnectionLimits,
 }
 
 impl Default for ServerConfig {
@@ -53,6 +55,7 @@ impl Default for ServerConfig {
             shutdown_timeout: Duration::from_secs(30),
             max_body_bytes: 1 << 20,
             served_model_name: None,
+            connections: ConnectionLimits::default(),
         }
     }
 }
@@ -88,6 +91,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(|| async { ApiError::not_found() })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn(json::refuse_declared_oversize))
         .layer(Extension(json::BodyLimit(limit)))
         .layer(CatchPanicLayer::custom(panic_response))
         .with_state(state)
@@ -109,21 +113,12 @@ pub async fn run<L>(
 where
     L: FnOnce() -> Result<Arc<dyn Backend>, String> + Send + 'static,
 {
+    let limits = config.connections.clone();
     let state = AppState::new(config);
-    let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
-    // Nagle's algorithm would hold a token event back until the client ACKs the headers
-    // (up to its 40 ms delayed-ACK timer): every SSE write must leave at once.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(error) = tcp.set_nodelay(true) {
-            tracing::warn!(%error, "could not set TCP_NODELAY");
-        }
-    });
-    let server = axum::serve(listener, router(state.clone()))
-        .with_graceful_shutdown(async move {
-            let _ = http_stopped.await;
-        })
-        .into_future();
-    let server = tokio::spawn(server);
+    let (stop_http, http_stopped) = tokio::sync::watch::channel(false);
+    // Connections get this long to finish their current response once HTTP stops.
+    let grace = Duration::from_secs(2);
+    let server = tokio::spawn(connections::serve(listener, router(state.clone()), limits, http_stopped, grace));
     let upkeep = tokio::spawn(metrics::upkeep_forever());
 
     // A signal while the model loads stops the server at once: nothing is in flight.
@@ -133,8 +128,8 @@ where
         () = &mut shutdown => {
             tracing::info!("shutdown while loading the model");
             state.begin_draining();
-            let _ = stop_http.send(());
-            let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
+            let _ = stop_http.send(true);
+            let _ = server.await;
             upkeep.abort();
             return Ok(());
         }
@@ -157,9 +152,8 @@ where
             shutdown::wait_for_in_flight(&state, FAILED_ENGINE_FLUSH).await;
         }
     }
-    let _ = stop_http.send(());
-    // Idle keep-alive connections can hold graceful shutdown open; don't wait on them long.
-    let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
+    let _ = stop_http.send(true);
+    let _ = server.await;
     upkeep.abort();
     match failure {
         None => Ok(()),

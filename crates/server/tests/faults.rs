@@ -8,29 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rillm_backend::scripted::{Script, ScriptedBackend};
-use rillm_server::{AppState, Backend, ServeError, ServerConfig};
+use rillm_server::{Backend, ServeError, ServerConfig};
 use serde_json::{json, Value};
+use support::scripted::{get, post, serve_router, Running};
 use support::{read_sse, SseEvent};
-use tokio::sync::oneshot;
-
-/// The router over `backend` on a loopback port, without `run`'s lifecycle.
-async fn serve_router(backend: Arc<dyn Backend>) -> String {
-    let state = AppState::new(ServerConfig::default());
-    state.set_backend(backend);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, rillm_server::router(state)).await });
-    base
-}
-
-async fn post(base: &str, path: &str, body: Value) -> reqwest::Response {
-    reqwest::Client::new().post(format!("{base}{path}")).json(&body).send().await.unwrap()
-}
-
-async fn get(base: &str, path: &str) -> (u16, Value) {
-    let r = reqwest::get(format!("{base}{path}")).await.unwrap();
-    (r.status().as_u16(), r.json().await.unwrap())
-}
 
 fn data_json(events: &[SseEvent]) -> Vec<Value> {
     events.iter().filter(|e| e.data != "[DONE]").map(SseEvent::json).collect()
@@ -116,43 +97,11 @@ async fn when_the_engine_dies_running_and_waiting_requests_get_errors_and_health
     assert_error_body(&refused.json().await.unwrap(), "engine has stopped");
 }
 
-/// `run` over the scripted backend, with a load step the test controls.
-struct Running {
-    base: String,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<Result<(), ServeError>>,
-}
-
-impl Running {
-    async fn start(load: impl FnOnce() -> Result<Arc<dyn Backend>, String> + Send + 'static) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let (stop, stopped) = oneshot::channel::<()>();
-        let config = ServerConfig { shutdown_timeout: Duration::from_secs(10), ..ServerConfig::default() };
-        let task = tokio::spawn(rillm_server::run(listener, config, load, async move {
-            let _ = stopped.await;
-        }));
-        Self { base, stop: Some(stop), task }
-    }
-
-    async fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while get(&self.base, "/ready").await.0 != 200 {
-            assert!(Instant::now() < deadline, "never ready");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    async fn join(self) -> Result<(), ServeError> {
-        tokio::time::timeout(Duration::from_secs(10), self.task).await.expect("run returns").unwrap()
-    }
-}
-
 #[tokio::test]
 async fn a_dead_engine_ends_the_server_with_an_error_so_the_process_exits_non_zero() {
     let backend = ScriptedBackend::start(Script { reply_tokens: 100_000, ..Script::default() });
     let load_backend = Arc::clone(&backend) as Arc<dyn Backend>;
-    let mut server = Running::start(move || Ok(load_backend)).await;
+    let mut server = Running::start(ServerConfig::default(), move || Ok(load_backend)).await;
     server.wait_ready().await;
     let running = post(&server.base, "/generate", json!({"prompt": "a long one", "max_tokens": 100000})).await;
     assert_eq!(running.status(), 200);
@@ -171,7 +120,7 @@ async fn a_dead_engine_ends_the_server_with_an_error_so_the_process_exits_non_ze
 #[tokio::test]
 async fn while_the_model_loads_ready_and_generation_are_503_and_health_is_200() {
     let (loaded, load_done) = std::sync::mpsc::channel::<()>();
-    let server = Running::start(move || {
+    let server = Running::start(ServerConfig::default(), move || {
         let _ = load_done.recv_timeout(Duration::from_secs(10));
         Ok(ScriptedBackend::start(Script::default()) as Arc<dyn Backend>)
     })
@@ -192,7 +141,8 @@ async fn while_the_model_loads_ready_and_generation_are_503_and_health_is_200() 
 async fn a_drain_finishes_running_streams_and_refuses_new_requests() {
     // 40 tokens at 10 ms: the stream is still running when the drain starts.
     let script = Script { step: Duration::from_millis(10), reply_tokens: 40, ..Script::default() };
-    let mut server = Running::start(move || Ok(ScriptedBackend::start(script) as Arc<dyn Backend>)).await;
+    let mut server =
+        Running::start(ServerConfig::default(), move || Ok(ScriptedBackend::start(script) as Arc<dyn Backend>)).await;
     server.wait_ready().await;
     let running = post(&server.base, "/generate", json!({"prompt": "drain me"})).await;
     assert_eq!(running.status(), 200);
