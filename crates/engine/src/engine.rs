@@ -153,23 +153,32 @@ impl Engine {
     pub fn tokenize_prompt(&self, prompt: &Prompt) -> Result<Vec<u32>, Rejected> {
         let tokenizer = &self.inner.tokenizer;
         match prompt {
-            Prompt::Text(text) => Ok(tokenizer.tokenize(text, true)),
+            // Raw text is the caller's own prompt: its special-token text is honoured.
+            Prompt::Text(text) => Ok(tokenizer.tokenize(text, true, true)),
             Prompt::Chat(messages) => {
                 let template = tokenizer
                     .chat_template()
                     .ok_or_else(|| Rejected::InvalidRequest("this model has no chat template".into()))?;
-                let text =
-                    template.render(messages).map_err(|e| Rejected::InvalidRequest(format!("chat template: {e}")))?;
+                let segments = template
+                    .render_segments(messages)
+                    .map_err(|e| Rejected::InvalidRequest(format!("chat template: {e}")))?;
                 // Templates that emit BOS themselves must not get a second one.
-                let has_bos = !template.bos_token().is_empty() && text.starts_with(template.bos_token());
-                Ok(tokenizer.tokenize(&text, !has_bos))
+                let bos = template.bos_token();
+                let has_bos =
+                    !bos.is_empty() && segments.first().is_some_and(|s| !s.content && s.text.starts_with(bos));
+                let mut tokens = Vec::new();
+                for (i, segment) in segments.iter().enumerate() {
+                    let add_bos = i == 0 && !has_bos;
+                    tokens.extend(tokenizer.tokenize(&segment.text, add_bos, !segment.content));
+                }
+                Ok(tokens)
             }
         }
     }
 
     /// Token ids of plain text, with or without the model's BOS.
     pub fn tokenize_text(&self, text: &str, add_special: bool) -> Vec<u32> {
-        self.inner.tokenizer.tokenize(text, add_special)
+        self.inner.tokenizer.tokenize(text, add_special, true)
     }
 
     /// Text of `tokens`, decoded as one piece; ids outside the vocabulary are refused

@@ -83,8 +83,9 @@ fn check_gguf_magic(path: &Path) -> Result<(), String> {
 }
 
 impl Tokenizer for LlamaModelHandle {
-    fn tokenize(&self, text: &str, add_special: bool) -> Vec<TokenId> {
-        self.model.vocab().tokenize(text.as_bytes(), add_special, true).into_iter().map(|t| t.0 as TokenId).collect()
+    fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<TokenId> {
+        let vocab = self.model.vocab();
+        vocab.tokenize(text.as_bytes(), add_special, parse_special).into_iter().map(|t| t.0 as TokenId).collect()
     }
 
     fn append_token_bytes(&self, token: TokenId, out: &mut Vec<u8>) {

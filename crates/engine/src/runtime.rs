@@ -11,8 +11,9 @@ use rillm_backend::SamplingParams;
 pub use rillm_backend::TokenId;
 
 pub trait Tokenizer: Send + Sync + 'static {
-    /// `add_special` adds BOS/EOS as the model asks; special-token text is always parsed.
-    fn tokenize(&self, text: &str, add_special: bool) -> Vec<TokenId>;
+    /// `add_special` adds BOS/EOS as the model asks; `parse_special` turns special-token
+    /// text (`<|im_end|>`) into its control token, else it stays literal text.
+    fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<TokenId>;
     /// Appends the bytes of one token's text (not always whole UTF-8) to `out`.
     fn append_token_bytes(&self, token: TokenId, out: &mut Vec<u8>);
     /// End of generation: EOS, end of turn and similar.

@@ -16,7 +16,7 @@ use rillm_backend::{SamplingParams, StreamEvent};
 struct ByteTokenizer;
 
 impl Tokenizer for ByteTokenizer {
-    fn tokenize(&self, text: &str, _add_special: bool) -> Vec<TokenId> {
+    fn tokenize(&self, text: &str, _add_special: bool, _parse_special: bool) -> Vec<TokenId> {
         text.bytes().map(TokenId::from).collect()
     }
     fn append_token_bytes(&self, token: TokenId, out: &mut Vec<u8>) {
@@ -131,7 +131,7 @@ impl Harness {
         let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
         let request = PendingRequest {
             id: self.next_id,
-            prompt: ByteTokenizer.tokenize(prompt, false),
+            prompt: ByteTokenizer.tokenize(prompt, false, false),
             max_tokens,
             sampling: SamplingParams::greedy(),
             stop: Vec::new(),
