@@ -12,6 +12,16 @@ pub enum Prompt {
     Chat(Vec<ChatMessage>),
 }
 
+impl Prompt {
+    /// Bytes of text to tokenize: what tokenizing it costs, roughly.
+    pub fn text_len(&self) -> usize {
+        match self {
+            Self::Text(text) => text.len(),
+            Self::Chat(messages) => messages.iter().map(|m| m.role.len() + m.content.len()).sum(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ChatMessage {
     pub role: String,

@@ -105,6 +105,11 @@ impl Engine {
         if inner.queue.is_closed() {
             return Err(self.closed_reason());
         }
+        // Full is known without tokenizing: a flood of huge prompts is refused for the cost
+        // of a lock, not of tokenizing each (the push below checks again).
+        if inner.queue.is_full() {
+            return Err(Rejected::QueueFull { capacity: inner.queue.capacity() });
+        }
         let prompt = self.tokenize_prompt(&request.prompt)?;
         if prompt.is_empty() {
             return Err(Rejected::EmptyPrompt);

@@ -51,6 +51,12 @@ impl<T> WaitQueue<T> {
         self.capacity
     }
 
+    /// Every slot and waiting place is taken: a push now would be refused.
+    pub fn is_full(&self) -> bool {
+        let state = self.lock();
+        state.items.len() + state.running >= self.capacity + self.slots
+    }
+
     pub fn push(&self, item: T) -> Result<(), PushError<T>> {
         let mut state = self.lock();
         if state.closed {
@@ -165,6 +171,11 @@ mod tests {
             q.push(i).unwrap();
         }
         assert_eq!(q.push(12), Err(PushError::Full(12)));
+        assert!(q.is_full());
+        assert_eq!(q.pop(), Some(0));
+        assert!(q.is_full(), "a popped item still runs");
+        q.finish_one();
+        assert!(!q.is_full());
         // Nothing waits, nothing runs: even zero waiting places admit one per slot.
         let q = WaitQueue::new(0, 2);
         q.push(1).unwrap();

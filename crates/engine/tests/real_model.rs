@@ -201,6 +201,10 @@ fn full_queue_rejects_at_once() {
     let rejected = engine.submit(greedy("Hi", 8)).unwrap_err();
     assert_eq!(rejected, Rejected::QueueFull { capacity: 2 });
     assert!(start.elapsed() < Duration::from_millis(500), "rejection waited for the model");
+    // Full is decided before tokenizing: a megabyte prompt (a context overflow, were it
+    // tokenized) is refused as full, without the cost of tokenizing it.
+    let huge = "word ".repeat(200_000);
+    assert_eq!(engine.submit(greedy(&huge, 8)).unwrap_err(), Rejected::QueueFull { capacity: 2 });
 }
 
 #[test]

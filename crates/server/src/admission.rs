@@ -1,5 +1,10 @@
 //! Admission: hands a validated request to the backend or answers why not, before any
 //! response header is sent. A rejection costs a queue-length check, not a model step.
+//!
+//! Submitting tokenizes the prompt (and renders the chat template): microseconds for a
+//! chat turn, but a megabyte prompt takes the better part of a second of CPU. Large
+//! prompts are therefore submitted from the blocking pool, a few at a time, so they never
+//! stall the async workers that stream other requests' tokens or answer `/health`.
 
 use std::time::Instant;
 
@@ -17,16 +22,21 @@ pub struct Admitted {
 
 /// `prompt_param` names the field a prompt-related rejection is about (`prompt` or
 /// `messages`).
-pub fn admit(
+pub async fn admit(
     state: &AppState,
     endpoint: &'static str,
     prompt_param: &'static str,
     request: GenerateRequest,
     received: Instant,
 ) -> Result<Admitted, ApiError> {
-    let backend = state.ready_backend().inspect_err(|_| metrics::record_rejected("unavailable"))?;
+    let backend = state.ready_backend().inspect_err(|_| metrics::record_rejected("unavailable"))?.clone();
     let log_prompt = state.config.log_prompts.then(|| format!("{:?}", request.prompt));
-    let stream = backend.submit(request).map_err(|rejected| {
+    let submitted = if request.prompt.text_len() <= INLINE_PROMPT_BYTES {
+        backend.submit(request)
+    } else {
+        off_runtime(move || backend.submit(request)).await?
+    };
+    let stream = submitted.map_err(|rejected| {
         let error = rejection_error(&rejected, prompt_param);
         metrics::record_rejected(rejection_reason(&rejected));
         tracing::info!(endpoint, status = error.status.as_u16(), reason = %rejected, "request rejected");
@@ -37,6 +47,18 @@ pub fn admit(
     }
     let observer = RequestObserver::new(stream.id(), endpoint, &state.model_name(), received, state.in_flight.clone());
     Ok(Admitted { stream, observer })
+}
+
+/// Prompts up to this size are tokenized in place (well under a millisecond).
+const INLINE_PROMPT_BYTES: usize = 16 * 1024;
+
+/// Large tokenizations at once: each takes a blocking thread and a core.
+static LARGE_TOKENIZATIONS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+
+/// Runs CPU-heavy prompt work on the blocking pool, at most a few at a time.
+pub async fn off_runtime<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
+    let _permit = LARGE_TOKENIZATIONS.acquire().await.map_err(|_| ApiError::internal("tokenizer pool closed"))?;
+    tokio::task::spawn_blocking(work).await.map_err(|_| ApiError::internal("tokenizing the prompt failed"))
 }
 
 fn rejection_error(rejected: &Rejected, prompt_param: &'static str) -> ApiError {

@@ -132,7 +132,7 @@ pub async fn chat_completions(
         frequency_penalty: body.frequency_penalty,
     }
     .into_request(Prompt::Chat(messages))?;
-    let admitted = admit(&state, "chat", "messages", request, received)?;
+    let admitted = admit(&state, "chat", "messages", request, received).await?;
     let format = ChatFormat(ResponseMeta::new("chatcmpl", &admitted, &state, body.stream_options));
     respond(admitted, format, body.stream, |f, text, done| {
         f.0.object(

@@ -92,7 +92,7 @@ pub async fn completions(
         frequency_penalty: body.frequency_penalty,
     }
     .into_request(Prompt::Text(prompt))?;
-    let admitted = admit(&state, "completions", "prompt", request, received)?;
+    let admitted = admit(&state, "completions", "prompt", request, received).await?;
     let format = CompletionFormat(ResponseMeta::new("cmpl", &admitted, &state, body.stream_options));
     respond(admitted, format, body.stream, |f, text, done| {
         f.0.object(

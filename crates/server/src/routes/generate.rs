@@ -69,7 +69,7 @@ pub async fn generate(
         ..GenerationParams::default()
     }
     .into_request(prompt)?;
-    let admitted = admit(&state, "generate", "prompt", request, received)?;
+    let admitted = admit(&state, "generate", "prompt", request, received).await?;
     Ok(sse_response(admitted, GenerateFormat))
 }
 

@@ -11,6 +11,7 @@ use rillm_backend::Prompt;
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::admission::off_runtime;
 use crate::error::ApiError;
 use crate::json::JsonBody;
 use crate::routes::chat::{messages, MessageInput};
@@ -51,9 +52,8 @@ pub async fn tokenize(
         (None, None) => return Err(ApiError::invalid("prompt", "`prompt` or `messages` is required")),
     };
     let add_special = body.add_special_tokens;
-    let tokens = tokio::task::spawn_blocking(move || backend.tokenize(&prompt, add_special))
-        .await
-        .map_err(|_| ApiError::internal("tokenizing failed"))?
+    let tokens = off_runtime(move || backend.tokenize(&prompt, add_special))
+        .await?
         .map_err(|rejected| ApiError::invalid(param, rejected.to_string()))?;
     let max_model_len = state.backend().map_or(0, |b| b.context_length());
     Ok(Json(json!({"count": tokens.len(), "max_model_len": max_model_len, "tokens": tokens, "token_strs": null}))
