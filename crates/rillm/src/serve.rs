@@ -28,6 +28,9 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer KEY` on generation endpoints.
     #[arg(long, env = "RILLM_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
+    /// `/metrics` requires the API key too (by default it is open, as `/health` and `/ready` are).
+    #[arg(long, requires = "api_key")]
+    metrics_require_key: bool,
     /// Seconds in-flight requests may run after SIGINT/SIGTERM before they are cancelled.
     #[arg(long, default_value_t = 30)]
     shutdown_timeout: u64,
@@ -61,6 +64,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let engine_config = args.model.engine_config(args.max_running, args.max_waiting)?;
     let server_config = ServerConfig {
         api_key: args.api_key,
+        metrics_require_key: args.metrics_require_key,
         log_prompts: args.log_prompts,
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
         max_body_bytes: args.max_body_bytes,

@@ -37,6 +37,9 @@ pub use state::{AppState, Phase};
 pub struct ServerConfig {
     /// When set, generation endpoints require `Authorization: Bearer <key>`.
     pub api_key: Option<String>,
+    /// `/metrics` requires the key too. Off by default, as in vLLM: scrapers rarely carry
+    /// one, and the metrics hold counts and timings, never prompt text.
+    pub metrics_require_key: bool,
     /// Log prompt text (off by default: prompts are user data).
     pub log_prompts: bool,
     /// How long in-flight requests may run after SIGTERM before they are cancelled.
@@ -51,6 +54,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             api_key: None,
+            metrics_require_key: false,
             log_prompts: false,
             shutdown_timeout: Duration::from_secs(30),
             max_body_bytes: 1 << 20,
@@ -81,13 +85,17 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/chat/completions", post(routes::chat::chat_completions))
         .route("/v1/models", get(routes::info::models))
         .route("/tokenize", post(routes::tokenize::tokenize))
-        .route("/detokenize", post(routes::tokenize::detokenize))
-        .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_api_key));
+        .route("/detokenize", post(routes::tokenize::detokenize));
+    let metrics = Router::new().route("/metrics", get(routes::info::prometheus));
+    let (protected, open) =
+        if state.config.metrics_require_key { (protected.merge(metrics), Router::new()) } else { (protected, metrics) };
+    let protected = protected.route_layer(middleware::from_fn_with_state(state.clone(), auth::require_api_key));
+    // Probes never carry a key: /health and /ready stay open.
     Router::new()
         .merge(protected)
+        .merge(open)
         .route("/health", get(routes::info::health))
         .route("/ready", get(routes::info::ready))
-        .route("/metrics", get(routes::info::prometheus))
         .fallback(|| async { ApiError::not_found() })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(DefaultBodyLimit::max(limit))
