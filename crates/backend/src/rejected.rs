@@ -3,6 +3,12 @@
 pub enum Rejected {
     #[error("the waiting queue is full ({capacity} requests waiting); retry later")]
     QueueFull { capacity: usize },
+    /// Predicted to start later than the server's queueing bound (`--max-queue-ms`).
+    #[error(
+        "the server is at capacity: this request would wait about {predicted_ms} ms for its first token, over \
+         the limit of {limit_ms} ms; retry later"
+    )]
+    WouldWaitTooLong { predicted_ms: u64, limit_ms: u64 },
     #[error(
         "prompt ({prompt_tokens} tokens) plus max_tokens ({max_tokens}) exceeds the context \
          of {context} tokens per sequence"

@@ -25,6 +25,10 @@ pub struct EngineConfig {
     /// Host memory for KV states that no slot holds any more (the RAM tier of the prefix
     /// cache), in bytes; 0 turns the tier off.
     pub host_cache_bytes: usize,
+    /// Refuse at once a request predicted to wait longer than this for its first token
+    /// (milliseconds), rather than queue it to miss its deadline. `None`: queue up to
+    /// `max_waiting`.
+    pub max_queue_ms: Option<u64>,
 }
 
 impl EngineConfig {
@@ -39,6 +43,7 @@ impl EngineConfig {
             gpu_layers: 0,
             prefix_caching: true,
             host_cache_bytes: DEFAULT_HOST_CACHE_MIB << 20,
+            max_queue_ms: None,
         }
     }
 

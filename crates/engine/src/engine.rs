@@ -31,6 +31,7 @@ struct Inner {
     queue: Arc<WaitQueue<PendingRequest>>,
     stats: Arc<EngineStats>,
     ctx_per_sequence: u32,
+    max_queue_ms: Option<u64>,
     model_name: String,
     architecture: String,
     next_id: AtomicU64,
@@ -93,6 +94,7 @@ impl Engine {
                 queue,
                 stats,
                 ctx_per_sequence,
+                max_queue_ms: config.max_queue_ms,
                 next_id: AtomicU64::new(1),
                 thread: Mutex::new(Some(thread)),
             }),
@@ -122,6 +124,13 @@ impl Engine {
         };
         if prompt.len() + max_tokens > context {
             return Err(Rejected::ContextOverflow { prompt_tokens: prompt.len(), max_tokens, context });
+        }
+        if let Some(limit_ms) = inner.max_queue_ms {
+            let ahead = inner.queue.map_waiting(|p| p.prompt.len());
+            let predicted = inner.stats.forecast.read().first_token_ms(&ahead, prompt.len(), Instant::now());
+            if predicted > limit_ms as f64 {
+                return Err(Rejected::WouldWaitTooLong { predicted_ms: predicted as u64, limit_ms });
+            }
         }
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (events, receiver) = tokio::sync::mpsc::unbounded_channel();

@@ -13,6 +13,7 @@ mod config;
 mod engine;
 mod error;
 pub mod fetch;
+mod forecast;
 mod host_cache;
 mod llama;
 mod prefix_cache;

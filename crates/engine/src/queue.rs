@@ -51,6 +51,11 @@ impl<T> WaitQueue<T> {
         self.capacity
     }
 
+    /// `f` of every waiting item, oldest first.
+    pub fn map_waiting<R>(&self, f: impl FnMut(&T) -> R) -> Vec<R> {
+        self.lock().items.iter().map(f).collect()
+    }
+
     /// Every slot and waiting place is taken: a push now would be refused.
     pub fn is_full(&self) -> bool {
         let state = self.lock();

@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::forecast::StepCosts;
 use crate::host_cache::HostCache;
 use crate::prefix_cache::{reusable, PrefixCache};
 use crate::queue::WaitQueue;
@@ -59,6 +60,10 @@ pub(crate) struct Scheduler<E: Executor> {
     outputs: Vec<(usize, usize)>,
     /// Prompt tokens each slot prefills this step.
     prefill_take: Vec<usize>,
+    /// Measured step costs, for the wait forecast.
+    costs: StepCosts,
+    /// Completion tokens of recent finished requests, smoothed.
+    expected_completion: f64,
 }
 
 impl<E: Executor> Scheduler<E> {
@@ -90,6 +95,8 @@ impl<E: Executor> Scheduler<E> {
             batch: Vec::with_capacity(step_budget),
             outputs: Vec::with_capacity(max_running),
             prefill_take: vec![0; max_running],
+            costs: StepCosts::default(),
+            expected_completion: 128.0,
         }
     }
 
@@ -302,13 +309,16 @@ impl<E: Executor> Scheduler<E> {
         }
         let started = std::time::Instant::now();
         let decoded = self.executor.decode(&self.batch);
+        let prefilled: usize = self.prefill_take.iter().sum();
+        let took_ms = started.elapsed().as_secs_f64() * 1000.0;
+        self.costs.observe(took_ms, self.batch.len() - prefilled, prefilled);
         // Pending KV copies were carried out at the start of this decode.
         self.copy_pending.iter_mut().for_each(|p| *p = false);
         tracing::trace!(
             tokens = self.batch.len(),
             sequences = self.outputs.len(),
             slot_runs = slot_runs(&self.batch),
-            decode_ms = started.elapsed().as_secs_f64() * 1000.0,
+            decode_ms = took_ms,
             "step"
         );
         if let Err(error) = decoded {
@@ -386,6 +396,10 @@ impl<E: Executor> Scheduler<E> {
         self.queue.finish_one();
         let id = seq.request.id;
         let completion = seq.finish(reason, error);
+        if matches!(reason, FinishReason::Eos | FinishReason::Stop | FinishReason::Length) {
+            let tokens = f64::from(completion.usage.completion_tokens);
+            self.expected_completion += 0.1 * (tokens - self.expected_completion);
+        }
         tracing::debug!(id, reason = reason.as_str(), tokens = completion.usage.completion_tokens, "sequence released");
         self.stats.record_finished(
             completion.usage.prompt_tokens,
@@ -415,7 +429,36 @@ impl<E: Executor> Scheduler<E> {
             }
         }
         self.stats.set_occupancy(self.admission_order.len(), self.queue.len(), used, cached);
+        self.publish_forecast();
         self.stats.mark_progress(busy);
+    }
+
+    /// When each slot should come free: its prompt left to prefill, then as many tokens as
+    /// recent requests produced (never past its `max_tokens`).
+    fn publish_forecast(&self) {
+        let costs = self.costs;
+        let mut prefill_left = 0;
+        let mut slot_free_ms: Vec<f64> = self
+            .slots
+            .iter()
+            .map(|seq| {
+                let Some(seq) = seq else { return 0.0 };
+                let prompt_left = seq.prompt_left().len();
+                prefill_left += prompt_left;
+                let cap = f64::from(seq.request.max_tokens.saturating_sub(seq.generated));
+                let expected = (self.expected_completion - f64::from(seq.generated)).max(1.0);
+                prompt_left as f64 * costs.prefill_token_ms + cap.min(expected) * costs.decode_step_ms
+            })
+            .collect();
+        slot_free_ms.sort_by(f64::total_cmp);
+        let expected_completion = self.expected_completion;
+        self.stats.forecast.publish(|outlook| {
+            outlook.at = std::time::Instant::now();
+            outlook.slot_free_ms = slot_free_ms;
+            outlook.prefill_left = prefill_left;
+            outlook.costs = costs;
+            outlook.expected_completion = expected_completion;
+        });
     }
 }
 

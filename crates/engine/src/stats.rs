@@ -31,6 +31,8 @@ pub struct EngineStats {
     cancelled: AtomicU64,
     sequences_moved: AtomicU64,
     prefix: PrefixCounters,
+    /// When slots come free and what steps cost, for admission's wait predictions.
+    pub(crate) forecast: crate::forecast::Forecast,
 }
 
 /// What prefix caching did, cumulative except the host tier's size.
@@ -69,6 +71,7 @@ impl EngineStats {
             cancelled: AtomicU64::new(0),
             sequences_moved: AtomicU64::new(0),
             prefix: PrefixCounters::default(),
+            forecast: crate::forecast::Forecast::new(0),
         }
     }
 

@@ -25,6 +25,11 @@ pub struct ServeArgs {
     /// Requests that may wait for a sequence; beyond this, 429.
     #[arg(long, default_value_t = 64)]
     max_waiting: usize,
+    /// Refuse (429, with a Retry-After from the prediction) any request predicted to wait
+    /// longer than this many milliseconds for its first token, instead of queueing it to
+    /// miss its deadline. Off by default: requests queue up to --max-waiting.
+    #[arg(long)]
+    max_queue_ms: Option<u64>,
     /// Require `Authorization: Bearer KEY` on generation endpoints.
     #[arg(long, env = "RILLM_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
@@ -61,7 +66,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             "the API key is empty (--api-key or RILLM_API_KEY); give a key, or unset it to serve without auth"
         );
     }
-    let engine_config = args.model.engine_config(args.max_running, args.max_waiting)?;
+    let mut engine_config = args.model.engine_config(args.max_running, args.max_waiting)?;
+    engine_config.max_queue_ms = args.max_queue_ms;
     let server_config = ServerConfig {
         api_key: args.api_key,
         metrics_require_key: args.metrics_require_key,

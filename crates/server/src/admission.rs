@@ -65,6 +65,12 @@ fn rejection_error(rejected: &Rejected, prompt_param: &'static str) -> ApiError 
     let message = rejected.to_string();
     match rejected {
         Rejected::QueueFull { .. } => ApiError::overloaded(message),
+        // Come back once the predicted excess wait has passed.
+        Rejected::WouldWaitTooLong { predicted_ms, limit_ms } => {
+            let mut error = ApiError::overloaded(message);
+            error.retry_after = Some(predicted_ms.saturating_sub(*limit_ms).div_ceil(1000).clamp(1, 600) as u32);
+            error
+        }
         Rejected::ContextOverflow { .. } => {
             ApiError::invalid(prompt_param, message).with_code("context_length_exceeded")
         }
@@ -77,6 +83,7 @@ fn rejection_error(rejected: &Rejected, prompt_param: &'static str) -> ApiError 
 fn rejection_reason(rejected: &Rejected) -> &'static str {
     match rejected {
         Rejected::QueueFull { .. } => "queue_full",
+        Rejected::WouldWaitTooLong { .. } => "would_miss_deadline",
         Rejected::ContextOverflow { .. } => "context_overflow",
         Rejected::EmptyPrompt | Rejected::InvalidRequest(_) => "invalid",
         Rejected::ShuttingDown | Rejected::EngineFailed(_) => "unavailable",

@@ -23,6 +23,32 @@ async fn open_stream(server: &TestServer, body: Value) -> reqwest::Response {
 }
 
 #[tokio::test]
+async fn with_max_queue_ms_a_request_that_would_start_too_late_gets_429_at_once_and_an_idle_server_admits() {
+    let server =
+        TestServer::start(Options { max_running: 1, max_waiting: 8, max_queue_ms: Some(300), ..Options::default() })
+            .await;
+    // Idle: nothing ahead, admitted (no loss below the knee).
+    let events = read_sse(server.post("/generate", json!({"prompt": "Hi", "max_tokens": 4})).await).await;
+    assert_eq!(events.last().unwrap().json()["finish_reason"], "length");
+
+    // One slot, busy for hundreds of tokens: the next request could not start within 300 ms,
+    // though a waiting place is free.
+    let running = open_stream(&server, long_request()).await;
+    let started = Instant::now();
+    let response = server.post("/v1/completions", json!({"prompt": "Hi", "max_tokens": 4, "stream": true})).await;
+    assert_eq!(response.status(), 429);
+    assert!(started.elapsed() < Duration::from_millis(500), "the refusal waited");
+    let retry_after: u64 = response.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!(retry_after >= 1, "{retry_after}");
+    let body: Value = response.json().await.unwrap();
+    assert!(body["error"]["message"].as_str().unwrap().contains("would wait about"), "{body}");
+    assert_eq!(server.metric("vllm:num_requests_waiting").await, 0.0, "nothing was queued");
+    let metrics = server.client.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.lines().any(|l| l.starts_with("rillm_requests_rejected_total{reason=\"would_miss_deadline\"")));
+    drop(running);
+}
+
+#[tokio::test]
 async fn full_queue_answers_429_with_retry_after_and_no_sse() {
     let server = TestServer::start(Options { max_running: 1, max_waiting: 1, ..Options::default() }).await;
     let running = open_stream(&server, long_request()).await;

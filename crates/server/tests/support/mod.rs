@@ -30,12 +30,13 @@ pub struct Options {
     pub max_running: usize,
     pub max_waiting: usize,
     pub ctx: u32,
+    pub max_queue_ms: Option<u64>,
     pub server: ServerConfig,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { max_running: 8, max_waiting: 16, ctx: 512, server: ServerConfig::default() }
+        Self { max_running: 8, max_waiting: 16, ctx: 512, max_queue_ms: None, server: ServerConfig::default() }
     }
 }
 
@@ -53,6 +54,7 @@ impl TestServer {
         config.max_running = opts.max_running;
         config.max_waiting = opts.max_waiting;
         config.ctx_per_sequence = opts.ctx;
+        config.max_queue_ms = opts.max_queue_ms;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr: SocketAddr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();

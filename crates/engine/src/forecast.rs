@@ -1,0 +1,163 @@
+//! Predicts how long a new request would wait for its first token, so admission can refuse
+//! at once what would miss its deadline instead of queueing it to fail (`--max-queue-ms`).
+//!
+//! Past its capacity a server that queues without limit makes *every* request late: the
+//! queue grows until all of them miss their TTFT objective and goodput collapses. Refusing
+//! the requests that cannot start in time keeps the admitted ones on time, and the client
+//! learns when to come back (`Retry-After`) from the same prediction.
+//!
+//! The engine thread publishes, after each step, when each slot is expected to come free
+//! and what steps cost (measured, smoothed); `submit` combines that with the prompts
+//! waiting ahead of the new one. The model is deliberately simple: a step costs a decode
+//! part plus a per-prompt-token part, a running request is expected to produce as many
+//! tokens as recent requests did (never more than its `max_tokens`).
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Instant;
+
+/// Smoothing of the measured costs: recent steps dominate, one odd step does not.
+const SMOOTHING: f64 = 0.1;
+
+/// What the engine thread last measured and expects.
+#[derive(Debug, Clone)]
+pub(crate) struct Outlook {
+    pub at: Instant,
+    /// Milliseconds until each slot is expected to be free, ascending; 0 for free slots.
+    pub slot_free_ms: Vec<f64>,
+    /// Prompt tokens of running sequences not prefilled yet.
+    pub prefill_left: usize,
+    pub costs: StepCosts,
+    /// Completion tokens a request is expected to produce (smoothed over finished ones).
+    pub expected_completion: f64,
+}
+
+/// Measured step costs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct StepCosts {
+    /// A step with only decode tokens in it.
+    pub decode_step_ms: f64,
+    /// Each prompt token a step prefills adds this much.
+    pub prefill_token_ms: f64,
+}
+
+impl Default for StepCosts {
+    /// Before anything is measured: roughly a small model on two CPU cores.
+    fn default() -> Self {
+        Self { decode_step_ms: 30.0, prefill_token_ms: 2.0 }
+    }
+}
+
+impl StepCosts {
+    /// Folds in one step that decoded `decode_tokens` and prefilled `prefill_tokens`.
+    pub fn observe(&mut self, took_ms: f64, decode_tokens: usize, prefill_tokens: usize) {
+        if prefill_tokens == 0 {
+            if decode_tokens > 0 {
+                self.decode_step_ms += SMOOTHING * (took_ms - self.decode_step_ms);
+            }
+        } else if prefill_tokens >= 16 {
+            // The decode part of a mixed step costs about a decode step.
+            let base = if decode_tokens > 0 { self.decode_step_ms } else { 0.0 };
+            let per_token = ((took_ms - base) / prefill_tokens as f64).max(0.0);
+            self.prefill_token_ms += SMOOTHING * (per_token - self.prefill_token_ms);
+        }
+    }
+}
+
+impl Outlook {
+    pub fn new(slots: usize) -> Self {
+        Self {
+            at: Instant::now(),
+            slot_free_ms: vec![0.0; slots],
+            prefill_left: 0,
+            costs: StepCosts::default(),
+            expected_completion: 128.0,
+        }
+    }
+
+    /// Milliseconds until the first token of a request with `prompt` tokens (after cache
+    /// reuse, if known), queued behind waiting requests with `ahead` prompt tokens each.
+    pub fn first_token_ms(&self, ahead: &[usize], prompt: usize, now: Instant) -> f64 {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64() * 1000.0;
+        let slots = self.slot_free_ms.len().max(1);
+        let k = ahead.len();
+        // The k-th request in line gets the k-th slot to come free; beyond one round, each
+        // further round waits for a whole expected request.
+        let service_ms = self.expected_completion * self.costs.decode_step_ms;
+        let slot_ms = self.slot_free_ms.get(k % slots).copied().unwrap_or(0.0) + (k / slots) as f64 * service_ms;
+        let start_ms = (slot_ms - elapsed).max(0.0);
+        // Prompts ahead are prefilled while it waits, chunk by chunk beside the decodes.
+        let ahead_tokens = self.prefill_left + ahead.iter().sum::<usize>();
+        let ahead_ms = ahead_tokens as f64 * self.costs.prefill_token_ms - elapsed;
+        start_ms.max(ahead_ms) + prompt as f64 * self.costs.prefill_token_ms + self.costs.decode_step_ms
+    }
+}
+
+/// The latest outlook, written by the engine thread and read by `submit`.
+#[derive(Debug)]
+pub(crate) struct Forecast(Mutex<Outlook>);
+
+impl Forecast {
+    pub fn new(slots: usize) -> Self {
+        Self(Mutex::new(Outlook::new(slots)))
+    }
+
+    pub fn publish(&self, update: impl FnOnce(&mut Outlook)) {
+        update(&mut self.0.lock().unwrap_or_else(PoisonError::into_inner));
+    }
+
+    pub fn read(&self) -> Outlook {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outlook(slot_free_ms: Vec<f64>) -> Outlook {
+        Outlook {
+            at: Instant::now(),
+            slot_free_ms,
+            prefill_left: 0,
+            costs: StepCosts { decode_step_ms: 20.0, prefill_token_ms: 1.0 },
+            expected_completion: 100.0,
+        }
+    }
+
+    #[test]
+    fn a_free_slot_means_only_the_own_prefill_and_one_step() {
+        let o = outlook(vec![0.0, 500.0]);
+        assert_eq!(o.first_token_ms(&[], 200, o.at), 200.0 + 20.0);
+    }
+
+    #[test]
+    fn a_request_in_line_waits_for_its_slot_and_for_the_prompts_ahead() {
+        let o = outlook(vec![300.0, 900.0]);
+        // Second in line: the second slot to free (900 ms) dominates 150 ms of prefill ahead.
+        assert_eq!(o.first_token_ms(&[150], 100, o.at), 900.0 + 100.0 + 20.0);
+        // Third in line with two slots: a whole expected request (100 x 20 ms) after slot 0.
+        assert_eq!(o.first_token_ms(&[10, 10], 0, o.at), 300.0 + 2000.0 + 20.0);
+        // Long prompts ahead outweigh an early slot.
+        assert_eq!(o.first_token_ms(&[5000], 0, o.at), 5000.0 + 20.0);
+    }
+
+    #[test]
+    fn time_since_the_outlook_was_published_counts_as_waited() {
+        let o = outlook(vec![300.0]);
+        let later = o.at + std::time::Duration::from_millis(100);
+        assert!((o.first_token_ms(&[], 0, later) - (200.0 + 20.0)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn costs_follow_the_measured_steps() {
+        let mut c = StepCosts { decode_step_ms: 20.0, prefill_token_ms: 1.0 };
+        for _ in 0..200 {
+            c.observe(40.0, 8, 0);
+            c.observe(40.0 + 256.0 * 3.0, 8, 256);
+        }
+        assert!((c.decode_step_ms - 40.0).abs() < 0.5, "{c:?}");
+        assert!((c.prefill_token_ms - 3.0).abs() < 0.1, "{c:?}");
+        c.observe(1000.0, 8, 4);
+        assert!((c.prefill_token_ms - 3.0).abs() < 0.1, "a few prompt tokens say little about prefill");
+    }
+}
