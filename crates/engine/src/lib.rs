@@ -31,7 +31,7 @@ pub use config::{EngineConfig, DEFAULT_HOST_CACHE_MIB};
 pub use engine::Engine;
 pub use error::EngineError;
 pub use queue::{PushError, WaitQueue};
-pub use runtime::{BatchToken, Executor, Tokenizer};
+pub use runtime::{BatchToken, Executor, RuntimeError, Tokenizer};
 pub use stats::{EngineStats, STALL_AFTER};
 pub use text_stream::{TextPiece, TextStream};
 

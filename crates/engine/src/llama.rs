@@ -19,7 +19,7 @@ use llama_cpp_2::{LlamaStateSeqFlags, SeqState};
 use crate::chat::ChatTemplate;
 use crate::config::EngineConfig;
 use crate::error::EngineError;
-use crate::runtime::{BatchToken, Executor, TokenId, Tokenizer};
+use crate::runtime::{BatchToken, Executor, RuntimeError, TokenId, Tokenizer};
 use rillm_backend::SamplingParams;
 
 /// llama.cpp's global state may be initialised once per process; every engine shares it.
@@ -182,14 +182,15 @@ impl Executor for LlamaExecutor<'_> {
         self.max_batch_tokens
     }
 
-    fn decode(&mut self, tokens: &[BatchToken]) -> Result<(), String> {
+    fn decode(&mut self, tokens: &[BatchToken]) -> Result<(), RuntimeError> {
+        let failed = |e: &dyn std::fmt::Display| RuntimeError::Decode(e.to_string());
         self.batch.clear();
         for t in tokens {
             self.batch
                 .add(LlamaToken(t.token as i32), t.pos as i32, &[t.seq as i32], t.logits)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| failed(&e))?;
         }
-        self.ctx.decode(&mut self.batch).map_err(|e| e.to_string())
+        self.ctx.decode(&mut self.batch).map_err(|e| failed(&e))
     }
 
     fn start_sequence(&mut self, seq: usize, sampling: &SamplingParams, ban_eog: bool) {
@@ -258,14 +259,17 @@ impl Executor for LlamaExecutor<'_> {
         (max - min + 1) as u32
     }
 
-    fn save_sequence(&mut self, seq: usize) -> Result<(SeqState, usize), String> {
-        let state = self.ctx.state_seq_get(seq as i32, LlamaStateSeqFlags::default()).map_err(|e| e.to_string())?;
+    fn save_sequence(&mut self, seq: usize) -> Result<(SeqState, usize), RuntimeError> {
+        let state = self
+            .ctx
+            .state_seq_get(seq as i32, LlamaStateSeqFlags::default())
+            .map_err(|e| RuntimeError::Save(e.to_string()))?;
         let bytes = state.byte_len();
         Ok((state, bytes))
     }
 
-    fn restore_sequence(&mut self, seq: usize, snapshot: &SeqState) -> Result<(), String> {
-        let restored = self.ctx.state_seq_set(snapshot, seq as i32).map_err(|e| e.to_string());
+    fn restore_sequence(&mut self, seq: usize, snapshot: &SeqState) -> Result<(), RuntimeError> {
+        let restored = self.ctx.state_seq_set(snapshot, seq as i32).map_err(|e| RuntimeError::Restore(e.to_string()));
         if restored.is_err() {
             // A half-read state is not to be trusted.
             self.truncate_sequence(seq, 0);

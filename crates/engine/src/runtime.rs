@@ -10,6 +10,17 @@ use rillm_backend::SamplingParams;
 
 pub use rillm_backend::TokenId;
 
+/// A model runtime's failure, by what it was doing; the runtime's own message inside.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("decode failed: {0}")]
+    Decode(String),
+    #[error("saving a sequence's KV state failed: {0}")]
+    Save(String),
+    #[error("restoring a sequence's KV state failed: {0}")]
+    Restore(String),
+}
+
 pub trait Tokenizer: Send + Sync + 'static {
     /// `add_special` adds BOS/EOS as the model asks; `parse_special` turns special-token
     /// text (`<|im_end|>`) into its control token, else it stays literal text.
@@ -41,7 +52,7 @@ pub trait Executor {
     /// Most tokens one `decode` call accepts.
     fn max_batch_tokens(&self) -> usize;
     /// Runs the model over `batch`. On error no sequence in it advanced.
-    fn decode(&mut self, batch: &[BatchToken]) -> Result<(), String>;
+    fn decode(&mut self, batch: &[BatchToken]) -> Result<(), RuntimeError>;
     /// Prepares `seq`'s sampler. Called once when a request gets the slot.
     fn start_sequence(&mut self, seq: usize, sampling: &SamplingParams, ban_eog: bool);
     /// Samples from the output row of batch entry `batch_index` of the last decode.
@@ -58,7 +69,7 @@ pub trait Executor {
     /// KV cells currently held by `seq`, as the runtime reports them.
     fn sequence_cells(&self, seq: usize) -> u32;
     /// Copies `seq`'s KV state out to host memory, with its size in bytes.
-    fn save_sequence(&mut self, seq: usize) -> Result<(Self::Snapshot, usize), String>;
+    fn save_sequence(&mut self, seq: usize) -> Result<(Self::Snapshot, usize), RuntimeError>;
     /// Replaces `seq`'s KV cells with a saved state. On error the slot holds nothing.
-    fn restore_sequence(&mut self, seq: usize, snapshot: &Self::Snapshot) -> Result<(), String>;
+    fn restore_sequence(&mut self, seq: usize, snapshot: &Self::Snapshot) -> Result<(), RuntimeError>;
 }

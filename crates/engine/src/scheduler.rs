@@ -325,7 +325,7 @@ impl<E: Executor> Scheduler<E> {
             tracing::error!(%error, tokens = self.batch.len(), "decode failed");
             let slots: Vec<usize> = self.admission_order.iter().copied().collect();
             for slot in slots {
-                self.release(slot, FinishReason::Error, Some(format!("decode failed: {error}")));
+                self.release(slot, FinishReason::Error, Some(error.to_string()));
             }
             return;
         }

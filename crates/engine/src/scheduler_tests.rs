@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::Scheduler;
 use crate::chat::ChatTemplate;
 use crate::queue::WaitQueue;
-use crate::runtime::{BatchToken, Executor, TokenId, Tokenizer};
+use crate::runtime::{BatchToken, Executor, RuntimeError, TokenId, Tokenizer};
 use crate::sequence::PendingRequest;
 use crate::stats::EngineStats;
 use rillm_backend::{SamplingParams, StreamEvent};
@@ -54,7 +54,7 @@ impl Executor for RecordingExecutor {
     fn max_batch_tokens(&self) -> usize {
         self.max_batch_tokens
     }
-    fn decode(&mut self, batch: &[BatchToken]) -> Result<(), String> {
+    fn decode(&mut self, batch: &[BatchToken]) -> Result<(), RuntimeError> {
         self.batches.push(batch.to_vec());
         Ok(())
     }
@@ -71,14 +71,14 @@ impl Executor for RecordingExecutor {
     fn sequence_cells(&self, _seq: usize) -> u32 {
         0
     }
-    fn save_sequence(&mut self, seq: usize) -> Result<(usize, usize), String> {
+    fn save_sequence(&mut self, seq: usize) -> Result<(usize, usize), RuntimeError> {
         self.saves.push(seq);
         Ok((seq, 1000))
     }
-    fn restore_sequence(&mut self, seq: usize, snapshot: &usize) -> Result<(), String> {
+    fn restore_sequence(&mut self, seq: usize, snapshot: &usize) -> Result<(), RuntimeError> {
         self.restores.push((seq, *snapshot));
         if self.fail_restores {
-            Err("state size mismatch".into())
+            Err(RuntimeError::Restore("state size mismatch".into()))
         } else {
             Ok(())
         }
