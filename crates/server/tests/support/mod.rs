@@ -41,10 +41,7 @@ impl Default for Options {
 }
 
 fn model_path() -> std::path::PathBuf {
-    match std::env::var_os("RILLM_MODEL") {
-        Some(p) => p.into(),
-        None => rillm_engine::fetch::ensure_default_model(|m| eprintln!("{m}")).expect("default model"),
-    }
+    rillm_engine::fetch::model_for_tests()
 }
 
 impl TestServer {
@@ -58,7 +55,7 @@ impl TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr: SocketAddr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        let load = move || Engine::start(config).map(|e| Arc::new(e) as Arc<dyn Backend>).map_err(|e| e.to_string());
+        let load = move || Engine::start(config).map(|e| Arc::new(e) as Arc<dyn Backend>);
         let task = tokio::spawn(rillm_server::run(listener, opts.server, load, async move {
             let _ = stopped.await;
         }));
