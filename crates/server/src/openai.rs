@@ -1,14 +1,15 @@
 //! Request fields and validation shared by the OpenAI-style endpoints and `/generate`.
 
+use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use rillm_backend::{Completion, FinishReason, GenerateRequest, Prompt, SamplingParams, Usage};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::admission::Admitted;
 use crate::error::ApiError;
-use crate::sse::{collect, sse_response, StreamFormat};
+use crate::sse::{collect, sse_response, typed_event, StreamFormat};
 use crate::state::AppState;
 
 /// `stop` may be one string or a list.
@@ -144,6 +145,20 @@ pub fn reject_if(present: bool, param: &'static str) -> Result<(), ApiError> {
     }
 }
 
+/// One streamed chunk, serialised from borrowed fields straight into its event: the
+/// per-token path builds no JSON tree and copies no strings.
+#[derive(Serialize)]
+struct Chunk<'a, C> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: [C; 1],
+    /// `"usage": null` on every chunk when the client asked for usage, as vLLM sends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<()>,
+}
+
 /// What every chunk and the whole response of one OpenAI request share.
 pub struct ResponseMeta {
     pub id: String,
@@ -160,6 +175,19 @@ impl ResponseMeta {
             model: state.model_name(),
             include_usage: stream_options.is_some_and(|o| o.include_usage),
         }
+    }
+
+    /// A streamed chunk with one choice.
+    pub fn chunk<C: Serialize>(&self, object: &'static str, choice: C) -> Event {
+        let chunk = Chunk {
+            id: &self.id,
+            object,
+            created: self.created,
+            model: &self.model,
+            choices: [choice],
+            usage: self.include_usage.then_some(()),
+        };
+        typed_event(&chunk)
     }
 
     /// `{"id", "object", "created", "model"}` followed by `fields`' own keys.

@@ -4,7 +4,6 @@
 //! went away, the engine stream drops with it and the engine cancels the request.
 
 use std::convert::Infallible;
-use std::time::Duration;
 
 use axum::http::HeaderValue;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -25,8 +24,6 @@ pub trait StreamFormat: Send + 'static {
     fn finish(&mut self, done: &Completion) -> Vec<Event>;
 }
 
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
-
 pub fn sse_response(admitted: Admitted, format: impl StreamFormat) -> Response {
     struct Progress<F> {
         admitted: Admitted,
@@ -34,6 +31,7 @@ pub fn sse_response(admitted: Admitted, format: impl StreamFormat) -> Response {
         opened: bool,
         done: bool,
     }
+    let keep_alive = admitted.keep_alive;
     let progress = Progress { admitted, format, opened: false, done: false };
     let events = futures::stream::unfold(progress, |mut p| async move {
         if p.done {
@@ -65,7 +63,7 @@ pub fn sse_response(admitted: Admitted, format: impl StreamFormat) -> Response {
     })
     .flat_map(|events| futures::stream::iter(events.into_iter().map(Ok::<_, Infallible>)));
 
-    let mut response = Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)).into_response();
+    let mut response = Sse::new(events).keep_alive(KeepAlive::new().interval(keep_alive)).into_response();
     let headers = response.headers_mut();
     headers.insert("cache-control", HeaderValue::from_static("no-cache"));
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
@@ -104,7 +102,16 @@ fn engine_lost() -> Completion {
     }
 }
 
-/// `data: <json>` for a serializable value.
+/// `data: <json>` for a JSON tree (once-per-request events).
 pub fn json_event(value: &serde_json::Value) -> Event {
-    Event::default().data(value.to_string())
+    typed_event(value)
+}
+
+/// `data: <json>`, serialised straight into the event's buffer.
+pub fn typed_event<T: serde::Serialize>(value: &T) -> Event {
+    Event::default().json_data(value).unwrap_or_else(|error| {
+        // Our own types always serialise; if one ever does not, say so in the stream.
+        tracing::error!(%error, "could not serialise a stream event");
+        Event::default().event("error").data(r#"{"error":{"message":"internal error: unserialisable event","type":"internal_error","param":null,"code":null}}"#)
+    })
 }

@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::response::sse::Event;
 use axum::response::Response;
 use rillm_backend::{ChatMessage, Completion, Prompt};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::admission::admit;
@@ -153,24 +153,35 @@ pub async fn chat_completions(
 
 struct ChatFormat(ResponseMeta);
 
+#[derive(Serialize)]
+struct DeltaChoice<'a> {
+    index: u32,
+    delta: Delta<'a>,
+    logprobs: (),
+    finish_reason: Option<&'static str>,
+}
+
+#[derive(Serialize)]
+struct Delta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<&'a str>,
+}
+
 impl ChatFormat {
-    fn chunk(&self, delta: Value, finish_reason: Option<&str>) -> Event {
-        let choices = json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish_reason}]);
-        let mut chunk = self.0.object("chat.completion.chunk", json!({"choices": choices}));
-        if self.0.include_usage {
-            chunk["usage"] = Value::Null;
-        }
-        json_event(&chunk)
+    fn chunk(&self, delta: Delta<'_>, finish_reason: Option<&'static str>) -> Event {
+        self.0.chunk("chat.completion.chunk", DeltaChoice { index: 0, delta, logprobs: (), finish_reason })
     }
 }
 
 impl StreamFormat for ChatFormat {
     fn opening(&mut self) -> Vec<Event> {
-        vec![self.chunk(json!({"role": "assistant", "content": ""}), None)]
+        vec![self.chunk(Delta { role: Some("assistant"), content: Some("") }, None)]
     }
 
     fn text(&mut self, text: &str, _token_ids: &[u32]) -> Event {
-        self.chunk(json!({"content": text}), None)
+        self.chunk(Delta { role: None, content: Some(text) }, None)
     }
 
     fn finish(&mut self, done: &Completion) -> Vec<Event> {
@@ -178,7 +189,7 @@ impl StreamFormat for ChatFormat {
         if let Some(error) = &done.error {
             events.push(json_event(&ApiError::internal(error.clone()).body()));
         }
-        events.push(self.chunk(json!({}), Some(openai_finish_reason(done.finish_reason))));
+        events.push(self.chunk(Delta { role: None, content: None }, Some(openai_finish_reason(done.finish_reason))));
         if self.0.include_usage {
             let usage = json!({"choices": [], "usage": usage_json(&done.usage)});
             events.push(json_event(&self.0.object("chat.completion.chunk", usage)));

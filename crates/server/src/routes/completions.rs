@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::response::sse::Event;
 use axum::response::Response;
 use rillm_backend::{Completion, Prompt};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::admission::admit;
@@ -108,19 +108,23 @@ pub async fn completions(
 
 struct CompletionFormat(ResponseMeta);
 
+#[derive(Serialize)]
+struct TextChoice<'a> {
+    index: u32,
+    text: &'a str,
+    logprobs: (),
+    finish_reason: Option<&'static str>,
+}
+
 impl CompletionFormat {
-    fn chunk(&self, choices: Value, usage: Value) -> Event {
-        let mut chunk = self.0.object("text_completion", json!({"choices": choices}));
-        if self.0.include_usage {
-            chunk["usage"] = usage;
-        }
-        json_event(&chunk)
+    fn chunk(&self, text: &str, finish_reason: Option<&'static str>) -> Event {
+        self.0.chunk("text_completion", TextChoice { index: 0, text, logprobs: (), finish_reason })
     }
 }
 
 impl StreamFormat for CompletionFormat {
     fn text(&mut self, text: &str, _token_ids: &[u32]) -> Event {
-        self.chunk(json!([{"index": 0, "text": text, "logprobs": null, "finish_reason": null}]), Value::Null)
+        self.chunk(text, None)
     }
 
     fn finish(&mut self, done: &Completion) -> Vec<Event> {
@@ -129,11 +133,10 @@ impl StreamFormat for CompletionFormat {
             events.push(json_event(&ApiError::internal(error.clone()).body()));
         }
         let reason = openai_finish_reason(done.finish_reason);
-        events.push(
-            self.chunk(json!([{"index": 0, "text": "", "logprobs": null, "finish_reason": reason}]), Value::Null),
-        );
+        events.push(self.chunk("", Some(reason)));
         if self.0.include_usage {
-            events.push(self.chunk(json!([]), usage_json(&done.usage)));
+            let usage = json!({"choices": [], "usage": usage_json(&done.usage)});
+            events.push(json_event(&self.0.object("text_completion", usage)));
         }
         events.push(Event::default().data("[DONE]"));
         events

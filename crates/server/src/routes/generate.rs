@@ -16,7 +16,7 @@ use crate::admission::admit;
 use crate::error::ApiError;
 use crate::json::JsonBody;
 use crate::openai::{usage_json, GenerationParams, StopInput};
-use crate::sse::{json_event, sse_response, StreamFormat};
+use crate::sse::{sse_response, typed_event, StreamFormat};
 use crate::state::AppState;
 
 #[derive(Debug, Deserialize)]
@@ -75,9 +75,15 @@ pub async fn generate(
 
 struct GenerateFormat;
 
+#[derive(serde::Serialize)]
+struct TextEvent<'a> {
+    text: &'a str,
+    token_ids: &'a [u32],
+}
+
 impl StreamFormat for GenerateFormat {
     fn text(&mut self, text: &str, token_ids: &[u32]) -> Event {
-        json_event(&json!({"text": text, "token_ids": token_ids}))
+        typed_event(&TextEvent { text, token_ids })
     }
 
     fn finish(&mut self, done: &Completion) -> Vec<Event> {
