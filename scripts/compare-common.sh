@@ -15,10 +15,10 @@ wait_ready() { # path
   echo "server never became ready" >&2; return 1
 }
 
-start_rillm() { # log
-  echo "== rillm serve (threads $THREADS, $SLOTS sequences)"
+start_rillm() { # log   (RILLM_ARGS: extra `rillm serve` flags)
+  echo "== rillm serve (threads $THREADS, $SLOTS sequences) ${RILLM_ARGS:-}"
   ./target/release/rillm serve --model "$MODEL" --port "$PORT" --threads "$THREADS" --max-running "$SLOTS" \
-    --ctx-size "$CTX" --max-waiting 1024 >"$1" 2>&1 &
+    --ctx-size "$CTX" --max-waiting 1024 ${RILLM_ARGS:-} >"$1" 2>&1 &
   SERVER_PID=$!
   wait_ready ready
 }
