@@ -69,7 +69,7 @@ fn aggregate_decode(engine: &Engine, n: usize, tokens: u32) -> f64 {
 }
 
 fn main() {
-    let model = rillm_engine::fetch::model_for_tests();
+    let model = rillm_models::model_for_tests();
     let mut config = EngineConfig::new(model);
     config.max_running = 16;
     config.ctx_per_sequence = 1024;

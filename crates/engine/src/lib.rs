@@ -12,7 +12,6 @@ mod chat;
 mod config;
 mod engine;
 mod error;
-pub mod fetch;
 mod forecast;
 mod host_cache;
 mod llama;

@@ -10,7 +10,7 @@ use rillm_engine::{ChatMessage, Engine, EngineConfig, FinishReason, GenerateRequ
 
 fn tiny_qwen2() -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let source = rillm_engine::fetch::model_for_tests();
+    let source = rillm_models::model_for_tests();
     let out = std::env::temp_dir().join(format!("rillm-tiny-qwen2-{}.gguf", std::process::id()));
     let status = Command::new("python3")
         .arg(root.join("scripts/make-tiny-qwen2.py"))

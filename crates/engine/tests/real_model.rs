@@ -16,7 +16,7 @@ fn serial() -> MutexGuard<'static, ()> {
 }
 
 fn model_path() -> std::path::PathBuf {
-    rillm_engine::fetch::model_for_tests()
+    rillm_models::model_for_tests()
 }
 
 fn engine(max_running: usize, max_waiting: usize, ctx: u32) -> Engine {

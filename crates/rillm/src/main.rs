@@ -48,13 +48,13 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(args) => bench::run(*args),
         Command::MockServer(args) => bench::mock_server(args),
         Command::Model { command: ModelCommand::Fetch } => {
-            let path = rillm_engine::fetch::default_model_path()?;
-            rillm_engine::fetch::fetch_default_model(&path, |m| eprintln!("rillm: {m}"))?;
+            let path = rillm_models::default_model_path()?;
+            rillm_models::fetch_default_model(&path, |m| eprintln!("rillm: {m}"))?;
             println!("{}", path.display());
             Ok(())
         }
         Command::Model { command: ModelCommand::Path } => {
-            println!("{}", rillm_engine::fetch::default_model_path()?.display());
+            println!("{}", rillm_models::default_model_path()?.display());
             Ok(())
         }
     }

@@ -42,7 +42,7 @@ impl ModelArgs {
     pub fn engine_config(&self, max_running: usize, max_waiting: usize) -> anyhow::Result<EngineConfig> {
         let path = match &self.model {
             Some(path) => path.clone(),
-            None => rillm_engine::fetch::ensure_default_model(|m| eprintln!("rillm: {m}"))?,
+            None => rillm_models::ensure_default_model(|m| eprintln!("rillm: {m}"))?,
         };
         let mut config = EngineConfig::new(path);
         if let Some(threads) = self.threads {

