@@ -429,6 +429,8 @@ impl<E: Executor> Scheduler<E> {
             }
         }
         self.stats.set_occupancy(self.admission_order.len(), self.queue.len(), used, cached);
+        // Before the step too, like the counts: a caller that sees its first token must
+        // find the slot it took already counted in the next request's predicted wait.
         self.publish_forecast();
         self.stats.mark_progress(busy);
     }
@@ -436,26 +438,24 @@ impl<E: Executor> Scheduler<E> {
     /// When each slot should come free: its prompt left to prefill, then as many tokens as
     /// recent requests produced (never past its `max_tokens`).
     fn publish_forecast(&self) {
-        let costs = self.costs;
-        let mut prefill_left = 0;
-        let mut slot_free_ms: Vec<f64> = self
-            .slots
-            .iter()
-            .map(|seq| {
-                let Some(seq) = seq else { return 0.0 };
-                let prompt_left = seq.prompt_left().len();
-                prefill_left += prompt_left;
-                let cap = f64::from(seq.request.max_tokens.saturating_sub(seq.generated));
-                let expected = (self.expected_completion - f64::from(seq.generated)).max(1.0);
-                prompt_left as f64 * costs.prefill_token_ms + cap.min(expected) * costs.decode_step_ms
-            })
-            .collect();
-        slot_free_ms.sort_by(f64::total_cmp);
-        let expected_completion = self.expected_completion;
+        let (costs, expected_completion) = (self.costs, self.expected_completion);
         self.stats.forecast.publish(|outlook| {
             outlook.at = std::time::Instant::now();
-            outlook.slot_free_ms = slot_free_ms;
-            outlook.prefill_left = prefill_left;
+            outlook.prefill_left = 0;
+            outlook.slot_free_ms.clear();
+            for seq in &self.slots {
+                let Some(seq) = seq else {
+                    outlook.slot_free_ms.push(0.0);
+                    continue;
+                };
+                let prompt_left = seq.prompt_left().len();
+                outlook.prefill_left += prompt_left;
+                let cap = f64::from(seq.request.max_tokens.saturating_sub(seq.generated));
+                let expected = (expected_completion - f64::from(seq.generated)).max(1.0);
+                let free_ms = prompt_left as f64 * costs.prefill_token_ms + cap.min(expected) * costs.decode_step_ms;
+                outlook.slot_free_ms.push(free_ms);
+            }
+            outlook.slot_free_ms.sort_by(f64::total_cmp);
             outlook.costs = costs;
             outlook.expected_completion = expected_completion;
         });

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use crate::admission::Admitted;
 use crate::error::ApiError;
-use crate::sse::{collect, sse_response, typed_event, StreamFormat};
+use crate::sse::{collect, json_event, sse_response, StreamFormat};
 use crate::state::AppState;
 
 /// `stop` may be one string or a list.
@@ -187,7 +187,7 @@ impl ResponseMeta {
             choices: [choice],
             usage: self.include_usage.then_some(()),
         };
-        typed_event(&chunk)
+        json_event(&chunk)
     }
 
     /// `{"id", "object", "created", "model"}` followed by `fields`' own keys.

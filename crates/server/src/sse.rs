@@ -102,13 +102,9 @@ fn engine_lost() -> Completion {
     }
 }
 
-/// `data: <json>` for a JSON tree (once-per-request events).
-pub fn json_event(value: &serde_json::Value) -> Event {
-    typed_event(value)
-}
-
-/// `data: <json>`, serialised straight into the event's buffer.
-pub fn typed_event<T: serde::Serialize>(value: &T) -> Event {
+/// `data: <json>`, serialised straight into the event's buffer (typed structs on the
+/// per-token path, JSON trees for once-per-request events).
+pub fn json_event<T: serde::Serialize>(value: &T) -> Event {
     Event::default().json_data(value).unwrap_or_else(|error| {
         // Our own types always serialise; if one ever does not, say so in the stream.
         tracing::error!(%error, "could not serialise a stream event");

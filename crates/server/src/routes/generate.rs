@@ -16,7 +16,7 @@ use crate::admission::admit;
 use crate::error::ApiError;
 use crate::json::JsonBody;
 use crate::openai::{usage_json, GenerationParams, StopInput};
-use crate::sse::{sse_response, typed_event, StreamFormat};
+use crate::sse::{json_event, sse_response, StreamFormat};
 use crate::state::AppState;
 
 #[derive(Debug, Deserialize)]
@@ -83,7 +83,7 @@ struct TextEvent<'a> {
 
 impl StreamFormat for GenerateFormat {
     fn text(&mut self, text: &str, token_ids: &[u32]) -> Event {
-        typed_event(&TextEvent { text, token_ids })
+        json_event(&TextEvent { text, token_ids })
     }
 
     fn finish(&mut self, done: &Completion) -> Vec<Event> {
