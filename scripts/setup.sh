@@ -26,6 +26,19 @@ rillm_setup() {
   fi
 }
 
+# Headless Chromium for the test that opens the bench's HTML pages as a person would. Optional:
+# without it that test says it skipped (CI sets RILLM_REQUIRE_CHROMIUM=1 so it cannot skip).
+rillm_test_browser() {
+  command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing chromium (headless page checks of the bench report)"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "setup: no chromium: the report's browser test will skip; to run it: sudo apt-get install -y chromium" >&2
+  fi
+}
+
 # The tests' Python packages. A venv keeps them out of the system Python.
 rillm_python_test_deps() {
   python3 -c 'import gguf, numpy' 2>/dev/null && return 0

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::protocol::{Protocol, StreamDecoder, UsageInfo};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     Completed,

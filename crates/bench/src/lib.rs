@@ -7,6 +7,7 @@
 
 pub mod args;
 pub mod client;
+pub mod compare;
 pub mod dataset;
 pub mod lengths;
 pub mod mock;
@@ -29,7 +30,7 @@ use serde_json::{json, Value};
 
 pub use args::BenchArgs;
 use protocol::{BodyOptions, PromptSpec, RequestSpec};
-use result::{BenchResult, LoadDescription, RunFacts, Slos};
+use result::{BenchResult, LoadDescription, LoadMode, RunFacts, Slos};
 use runner::{Amount, LevelPlan, Load};
 use workload::Workload;
 
@@ -46,8 +47,8 @@ pub enum BenchError {
     Trace(#[from] trace::TraceError),
     #[error(transparent)]
     Tokenizer(#[from] tokens::TokenizerError),
-    #[error("writing {path}: {source}")]
-    Write { path: String, source: std::io::Error },
+    #[error("writing {path}: {error}")]
+    Write { path: String, error: std::io::Error },
     #[error("HTTP client: {0}")]
     Client(#[from] reqwest::Error),
 }
@@ -96,7 +97,11 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
         (Some(n), _) => Amount::Requests(n),
         _ => Amount::Requests(DEFAULT_REQUESTS),
     };
-    let built = workload::build(&args, protocol, &client, origin(&args.url), pool_size(&args, amount)).await?;
+    // One pool holds every level's prompts, each level its own share of it.
+    let per_level = pool_size(&args, amount);
+    let level_count = if args.rate.is_empty() { args.concurrency.len().max(1) } else { args.rate.len() };
+    let pool = per_level.saturating_mul(level_count).min(MAX_POOL);
+    let built = workload::build(&args, protocol, &client, origin(&args.url), pool).await?;
     if matches!(built.workload, Workload::Sessions(_)) && args.requests.is_some() {
         return Err(BenchError::Args(
             "--requests counts single requests; with sessions say how many with --sessions".into(),
@@ -111,6 +116,15 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     let slos = Slos { ttft_ms: args.ttft_slo_ms, tpot_ms: args.tpot_slo_ms, e2e_ms: args.e2e_slo_ms };
     let mut run_context = run_context(&args, model.as_deref(), &command_line);
     run_context["workload"] = built.description;
+    // With the description, what `bench compare` needs to know two runs sent the same requests.
+    if let Some(workload) = run_context["workload"].as_object_mut() {
+        workload.insert("seed".into(), json!(args.seed));
+        let per_level = match amount {
+            Amount::Requests(n) => json!({ "requests": n }),
+            Amount::Duration(d) => json!({ "duration_s": d.as_secs_f64() }),
+        };
+        workload.insert("per_level".into(), per_level);
+    }
     let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let workload = Arc::new(built.workload);
 
@@ -129,11 +143,12 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
             timeout,
             seed: args.seed,
             progress: false,
+            first_prompt: 0,
         });
         runner::run_level(&client, warm).await;
     }
     let mut results = Vec::new();
-    for load in loads {
+    for (level, load) in loads.into_iter().enumerate() {
         let plan = Arc::new(LevelPlan {
             url: args.url.clone(),
             protocol,
@@ -146,6 +161,7 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
             timeout,
             seed: args.seed,
             progress,
+            first_prompt: level * per_level,
         });
         let mut outcome = runner::run_level(&client, plan).await;
         if let Some(counter) = &output_counter {
@@ -177,11 +193,11 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     let output = BenchOutput { levels: results };
     if let Some(path) = &args.output {
         let text = serde_json::to_string_pretty(&output.to_json()).unwrap_or_default();
-        std::fs::write(path, text).map_err(|source| BenchError::Write { path: path.display().to_string(), source })?;
+        std::fs::write(path, text).map_err(|error| BenchError::Write { path: path.display().to_string(), error })?;
     }
     if let Some(path) = &args.report {
         std::fs::write(path, report::html(&output.levels))
-            .map_err(|source| BenchError::Write { path: path.display().to_string(), source })?;
+            .map_err(|error| BenchError::Write { path: path.display().to_string(), error })?;
     }
     Ok(output)
 }
@@ -220,7 +236,10 @@ fn check_workload_args(args: &BenchArgs) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// How many distinct synthetic prompts to make: one per request when the count is known;
+/// The most synthetic prompts made for one run.
+const MAX_POOL: usize = 100_000;
+
+/// How many distinct synthetic prompts a level needs: one per request when the count is known;
 /// for a duration, enough for the fastest level (closed loop: a bounded pool, cycled).
 fn pool_size(args: &BenchArgs, amount: Amount) -> usize {
     match amount {
@@ -228,7 +247,7 @@ fn pool_size(args: &BenchArgs, amount: Amount) -> usize {
         Amount::Duration(d) => {
             let fastest = args.rate.iter().copied().fold(0.0, f64::max);
             if fastest > 0.0 {
-                ((fastest * d.as_secs_f64() * 1.5).ceil() as usize + 16).min(100_000)
+                ((fastest * d.as_secs_f64() * 1.5).ceil() as usize + 16).min(MAX_POOL)
             } else {
                 1024
             }
@@ -263,7 +282,7 @@ fn levels(args: &BenchArgs, workload: &Workload) -> Result<Vec<Load>, BenchError
 fn describe(load: Load, max_inflight: Option<usize>) -> LoadDescription {
     match load {
         Load::Rate { rate, arrival, burstiness } => LoadDescription {
-            mode: "rate",
+            mode: LoadMode::Rate,
             requested_rate_rps: Some(rate),
             arrival: Some(arrival),
             burstiness: Some(burstiness),
@@ -271,7 +290,7 @@ fn describe(load: Load, max_inflight: Option<usize>) -> LoadDescription {
             max_inflight,
         },
         Load::Concurrency(c) => LoadDescription {
-            mode: "concurrency",
+            mode: LoadMode::Concurrency,
             requested_rate_rps: None,
             arrival: None,
             burstiness: None,
@@ -279,7 +298,7 @@ fn describe(load: Load, max_inflight: Option<usize>) -> LoadDescription {
             max_inflight: None,
         },
         Load::Replay => LoadDescription {
-            mode: "trace",
+            mode: LoadMode::Trace,
             requested_rate_rps: None,
             arrival: None,
             burstiness: None,

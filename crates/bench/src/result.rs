@@ -1,13 +1,13 @@
 //! The JSON result: every field of the prototype's result file, with its name and meaning,
 //! plus the rest of what a run measured.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::client::{RequestRecord, Status};
 use crate::stats::Distribution;
 
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Slos {
     pub ttft_ms: f64,
     pub tpot_ms: Option<f64>,
@@ -31,10 +31,21 @@ impl Slos {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// How a level's requests were sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoadMode {
+    /// Open loop at a requested rate.
+    Rate,
+    /// Closed loop: a fixed number of workers.
+    Concurrency,
+    /// Open loop at a trace's recorded times.
+    Trace,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoadDescription {
-    /// "rate", "concurrency" or "trace".
-    pub mode: &'static str,
+    pub mode: LoadMode,
     pub requested_rate_rps: Option<f64>,
     pub arrival: Option<crate::schedule::Arrival>,
     pub burstiness: Option<f64>,
@@ -47,7 +58,7 @@ fn is_zero(n: &usize) -> bool {
 }
 
 /// One request as written to the file. Field names follow the prototype.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct RequestJson {
     pub index: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -68,7 +79,7 @@ pub struct RequestJson {
     /// Time to the first answer text, where reasoning came first.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time_to_first_answer_ms: Option<f64>,
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub reasoning_chars: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event_gaps_ms: Option<Vec<f64>>,
@@ -81,10 +92,10 @@ pub struct RequestJson {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub completion_tokens: Option<u32>,
     /// Sent again after the server closed a kept-alive connection under it.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub resent: bool,
     /// The server gave no count: `completion_tokens` was counted with `--tokenizer`.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub completion_tokens_estimated: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt_tokens: Option<u32>,
@@ -133,7 +144,7 @@ impl RequestJson {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Latencies {
     /// To the first content event, reasoning included.
     pub ttft_ms: Option<Distribution>,
@@ -150,7 +161,7 @@ pub struct Latencies {
     pub dispatch_lag_ms: Option<Distribution>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct ClientCheck {
     pub cpu_s: f64,
     /// Client CPU time over wall time, in cores.
@@ -160,7 +171,7 @@ pub struct ClientCheck {
 }
 
 /// Requests that completed at one turn index of their sessions.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct TurnSummary {
     pub turn: u32,
     pub completed: usize,
@@ -169,7 +180,7 @@ pub struct TurnSummary {
     pub mean_cached_tokens: Option<f64>,
 }
 
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct SessionCounts {
     /// Sessions that stopped after a failed or rejected turn.
     pub cut_short: usize,
@@ -178,7 +189,7 @@ pub struct SessionCounts {
 }
 
 /// What the prompts and outputs were, and how much of the prompts the server reused.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct TokenSummary {
     /// Over sent requests whose prompt was counted (by the server or the benchmark).
     pub mean_input_tokens: Option<f64>,
@@ -195,7 +206,7 @@ pub struct TokenSummary {
     pub requests_with_estimated_tokens: usize,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct BenchResult {
     // The prototype's fields, in its order.
     pub execution_mode: String,
@@ -277,16 +288,14 @@ pub fn build(facts: RunFacts) -> BenchResult {
     };
     // Open loop: the rate at which requests went out. Closed loop has no target rate, so
     // report what the workers sustained.
-    let achieved_rate_rps = match facts.load.mode {
-        "rate" | "trace" if sent_records.len() > 1 && dispatch_span_s > 0.0 => {
-            (sent_records.len() - 1) as f64 / dispatch_span_s
-        }
-        "rate" | "trace" => 0.0,
-        _ => per_s(sent_records.len()),
+    let open_loop = facts.load.mode != LoadMode::Concurrency;
+    let achieved_rate_rps = match open_loop {
+        true if sent_records.len() > 1 && dispatch_span_s > 0.0 => (sent_records.len() - 1) as f64 / dispatch_span_s,
+        true => 0.0,
+        false => per_s(sent_records.len()),
     };
     let known_tokens: Vec<u32> = done.iter().filter_map(|r| r.tokens()).collect();
     let tokens: Option<u64> = (!known_tokens.is_empty()).then(|| known_tokens.iter().map(|&t| u64::from(t)).sum());
-    let open_loop = facts.load.mode != "concurrency";
     let lag = Distribution::of(sent_records.iter().map(|r| r.dispatch_lag_ms()));
     let lag_p99 = lag.map_or(0.0, |d| d.p99);
     let cpu_cores_used = if facts.wall_s > 0.0 { facts.client_cpu_s / facts.wall_s } else { 0.0 };

@@ -44,6 +44,9 @@ pub struct LevelPlan {
     pub timeout: Duration,
     pub seed: u64,
     pub progress: bool,
+    /// Where in the prompt pool this level starts: each level of a sweep sends its own
+    /// prompts, so no level finds the one before it in a server's prefix cache.
+    pub first_prompt: usize,
 }
 
 pub struct LevelOutcome {
@@ -59,7 +62,7 @@ impl LevelPlan {
     /// The `i`-th independent request: cycled prompts, or the trace's `i`-th.
     fn spec(&self, i: usize) -> &RequestSpec {
         match &*self.workload {
-            Workload::Requests(specs) => &specs[i % specs.len()],
+            Workload::Requests(specs) => &specs[(self.first_prompt + i) % specs.len()],
             Workload::Trace(requests) => &requests[i].spec,
             Workload::Sessions(_) => unreachable!("sessions are driven by session::run"),
         }

@@ -3,7 +3,7 @@
 use rand::SeedableRng;
 use rand_distr::{Distribution, Exp, Gamma};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Arrival {
     /// Exponential gaps: independent arrivals, the usual model of real traffic.

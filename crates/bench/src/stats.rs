@@ -1,7 +1,7 @@
 //! Summaries of measured samples. Exact order statistics over all samples: runs are small
 //! enough to keep them, and a p99 of 6 samples should visibly be the max.
 
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Distribution {
     pub count: usize,
     pub mean: f64,

@@ -118,7 +118,7 @@ async fn sweep_reports_each_level_a_knee_and_an_offline_html_report() {
     assert_eq!(file["sweep"].as_array().unwrap().len(), 2);
     assert_eq!(file["knee_level"], 1);
     let page = std::fs::read_to_string(&html).unwrap();
-    assert!(page.contains("<svg") && page.contains("Goodput vs load") && page.contains("TTFT CDF"));
+    assert!(page.contains("<svg") && page.contains("Goodput and throughput against load") && page.contains("TTFT CDF"));
     assert!(!page.contains("src=\"http") && !page.contains("href=\"http"), "report must not load anything");
     let _ = (std::fs::remove_file(out), std::fs::remove_file(html));
 }
@@ -170,4 +170,24 @@ async fn sse_parsing_survives_split_reads_comments_crlf_event_lines_and_garbage(
     let r = &bench(&["--url", &url, "--requests", "1", "--model", "m"]).await[0];
     assert_eq!(r.requests[0].status, Status::Failed);
     assert_eq!(r.failed, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_level_of_a_sweep_sends_its_own_prompts() {
+    let mock = Mock::start(2, 2, 4, 10_000);
+    let url = format!("{}/v1/completions", mock.base);
+    let args = ["--url", &url, "--rate", "50,100", "--requests", "8", "--input-tokens", "uniform:10-400"];
+    let levels = bench(&args).await;
+    // Prompt lengths are drawn per prompt: the same prompts would repeat the same lengths.
+    let lengths = |l: usize| levels[l].requests.iter().map(|q| q.prompt_tokens.expect("counted")).collect::<Vec<_>>();
+    assert_eq!(lengths(0).len(), 8);
+    assert_ne!(lengths(0), lengths(1), "the second level re-sent the first level's prompts");
+    // Recurring prompts stay recurring: --distinct-prompts N cycles N prompts in every level.
+    let recurring = bench(&[&args[..], &["--distinct-prompts", "2"]].concat()).await;
+    for level in &recurring {
+        let mut seen: Vec<u32> = level.requests.iter().map(|q| q.prompt_tokens.unwrap()).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        assert!(seen.len() <= 2, "{seen:?}");
+    }
 }

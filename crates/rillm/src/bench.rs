@@ -2,10 +2,63 @@
 
 use std::time::Duration;
 
+use rillm_bench::compare::CompareArgs;
 use rillm_bench::mock::{Fault, Framing, MockConfig};
 use rillm_bench::BenchArgs;
 
-pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+/// `rillm bench [OPTIONS]` runs a benchmark; `rillm bench compare A.json B.json` compares
+/// result files.
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct BenchCommand {
+    #[command(subcommand)]
+    action: Option<BenchAction>,
+    #[command(flatten)]
+    run: Option<BenchArgs>,
+}
+
+#[derive(clap::Subcommand)]
+enum BenchAction {
+    /// Compare result files of the same workload: figures side by side, ratios to the first
+    /// with the better direction marked; refuses different workloads unless --force.
+    Compare(CompareArgs),
+    /// Draw the HTML report of a result file again (as `--report` would have).
+    Report(ReportArgs),
+}
+
+#[derive(clap::Args)]
+struct ReportArgs {
+    /// A result file written by `rillm bench --output`.
+    file: std::path::PathBuf,
+    /// Where to write the page.
+    #[arg(long)]
+    output: std::path::PathBuf,
+}
+
+pub fn command(command: BenchCommand) -> anyhow::Result<()> {
+    match (command.action, command.run) {
+        (Some(BenchAction::Compare(args)), _) => compare(&args),
+        (Some(BenchAction::Report(args)), _) => {
+            let run = rillm_bench::compare::load(&args.file, None)?;
+            std::fs::write(&args.output, rillm_bench::report::html(&run.levels))?;
+            eprintln!("rillm: wrote {}", args.output.display());
+            Ok(())
+        }
+        (None, Some(args)) => run(args),
+        // clap requires --url when no subcommand is given.
+        (None, None) => anyhow::bail!("rillm bench needs --url (or a subcommand: compare, report)"),
+    }
+}
+
+fn compare(args: &CompareArgs) -> anyhow::Result<()> {
+    print!("{}", rillm_bench::compare::run(args)?);
+    if let Some(path) = &args.report {
+        eprintln!("rillm: wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn run(args: BenchArgs) -> anyhow::Result<()> {
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let output = runtime.block_on(rillm_bench::run(args.clone(), command))?;

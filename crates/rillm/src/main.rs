@@ -20,8 +20,9 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Generate text from a prompt, streamed to stdout.
     Generate(generate::GenerateArgs),
-    /// Benchmark an LLM server (rillm, vLLM, SGLang, TensorRT-LLM, llama.cpp) under live HTTP load.
-    Bench(Box<rillm_bench::BenchArgs>),
+    /// Benchmark an LLM server (rillm, vLLM, SGLang, TensorRT-LLM, llama.cpp) under live HTTP
+    /// load; `bench compare` puts result files side by side.
+    Bench(Box<bench::BenchCommand>),
     /// A deterministic timing server for calibrating and testing the benchmark.
     MockServer(bench::MockArgs),
     /// Manage the default model.
@@ -45,7 +46,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Generate(args) => generate::run(args),
-        Command::Bench(args) => bench::run(*args),
+        Command::Bench(command) => bench::command(*command),
         Command::MockServer(args) => bench::mock_server(args),
         Command::Model { command: ModelCommand::Fetch } => {
             let path = rillm_models::default_model_path()?;

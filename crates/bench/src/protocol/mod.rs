@@ -6,7 +6,7 @@ mod decode;
 pub use decode::{Chunk, StreamDecoder, UsageInfo};
 use serde_json::{json, Value};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {
     /// rillm's (and the prototype's) `POST /generate`: incremental `text`, `event: done`.
