@@ -39,21 +39,37 @@ rillm_test_browser() {
   fi
 }
 
+# A venv at $1 (python3-venv installed first when missing and we may).
+rillm_venv() {
+  python3 -m venv "$1" 2>/dev/null && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+    python3 -m venv "$1"
+  else
+    echo "setup: python3 -m venv failed; run: sudo apt-get install -y python3-venv" >&2
+    return 1
+  fi
+}
+
+# deploy/k8s checked offline (scripts/validate-deploy.py), with kubernetes-validate,
+# jsonschema and PyYAML in their own venv.
+rillm_validate_deploy() {
+  local venv="$PWD/target/py-deploy"
+  if ! "$venv/bin/python3" -c 'import kubernetes_validate, jsonschema, yaml' 2>/dev/null; then
+    echo "setup: installing kubernetes-validate, jsonschema and pyyaml into $venv"
+    rillm_venv "$venv" || return 1
+    "$venv/bin/python3" -m pip install -q kubernetes-validate jsonschema pyyaml
+  fi
+  "$venv/bin/python3" scripts/validate-deploy.py
+}
+
 # The tests' Python packages. A venv keeps them out of the system Python.
 rillm_python_test_deps() {
   python3 -c 'import gguf, numpy' 2>/dev/null && return 0
   local venv="$PWD/target/py"
   if [ ! -x "$venv/bin/python3" ] || ! "$venv/bin/python3" -c 'import gguf, numpy' 2>/dev/null; then
     echo "setup: installing gguf and numpy into $venv"
-    if ! python3 -m venv "$venv" 2>/dev/null; then
-      if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
-        python3 -m venv "$venv"
-      else
-        echo "setup: python3 -m venv failed; run: sudo apt-get install -y python3-venv" >&2
-        return 1
-      fi
-    fi
+    rillm_venv "$venv" || return 1
     "$venv/bin/python3" -m pip install -q gguf numpy
   fi
   export PATH="$venv/bin:$PATH"

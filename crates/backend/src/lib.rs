@@ -19,7 +19,7 @@ pub use request::{
     ChatMessage, Completion, FinishReason, GenerateRequest, Prompt, SamplingParams, ServerTimings, StreamEvent,
     TokenId, Usage,
 };
-pub use stats::{PrefixCacheSnapshot, StatsSnapshot};
+pub use stats::{CacheLayout, PrefixCacheSnapshot, StatsSnapshot};
 pub use stream::RequestStream;
 
 /// Whether the engine behind a backend can still serve.
@@ -49,6 +49,10 @@ pub trait Backend: Send + Sync + 'static {
     /// Context tokens per sequence (prompt plus completion).
     fn context_length(&self) -> u32;
     fn stats(&self) -> StatsSnapshot;
+    /// `None` when the engine reuses no prefixes (nothing for a prefix-aware router to score).
+    fn cache_layout(&self) -> Option<CacheLayout> {
+        None
+    }
     fn health(&self) -> Health;
     /// Cancels everything and stops the engine.
     fn shutdown(&self);

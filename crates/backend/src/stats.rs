@@ -19,6 +19,16 @@ pub struct PrefixCacheSnapshot {
     pub host_restore_micros: u64,
 }
 
+/// How the KV cache is laid out, for gateways that score prefix reuse per replica (GIE's
+/// prefix-cache scorer reads it from `vllm:cache_config_info`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheLayout {
+    /// Tokens per block of the prefix index.
+    pub block_tokens: u32,
+    /// Blocks the device cache (all sequences' KV cells) holds.
+    pub blocks: u64,
+}
+
 /// A consistent-enough copy of the counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StatsSnapshot {

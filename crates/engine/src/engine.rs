@@ -32,6 +32,7 @@ struct Inner {
     stats: Arc<EngineStats>,
     ctx_per_sequence: u32,
     max_queue_ms: Option<u64>,
+    prefix_caching: bool,
     model_name: String,
     architecture: String,
     next_id: AtomicU64,
@@ -95,6 +96,7 @@ impl Engine {
                 stats,
                 ctx_per_sequence,
                 max_queue_ms: config.max_queue_ms,
+                prefix_caching: config.prefix_caching,
                 next_id: AtomicU64::new(1),
                 thread: Mutex::new(Some(thread)),
             }),
@@ -224,6 +226,11 @@ impl Engine {
     /// `general.architecture` from the GGUF (llama, qwen2, ...).
     pub fn architecture(&self) -> &str {
         &self.inner.architecture
+    }
+
+    /// Whether prompts' prefixes are reused (`--no-prefix-cache` turns it off).
+    pub fn prefix_caching(&self) -> bool {
+        self.inner.prefix_caching
     }
 
     pub fn ctx_per_sequence(&self) -> u32 {

@@ -1,6 +1,8 @@
 //! The engine as a [`Backend`]: what the HTTP server sees of it.
 
-use rillm_backend::{Backend, GenerateRequest, Health, Prompt, Rejected, RequestStream, StatsSnapshot, TokenId};
+use rillm_backend::{
+    Backend, CacheLayout, GenerateRequest, Health, Prompt, Rejected, RequestStream, StatsSnapshot, TokenId,
+};
 
 use crate::engine::Engine;
 
@@ -30,6 +32,16 @@ impl Backend for Engine {
 
     fn stats(&self) -> StatsSnapshot {
         Engine::stats(self).snapshot()
+    }
+
+    /// Slots reuse prefixes token by token and the RAM tier by 16-token blocks: blocks of 16
+    /// over every slot's cells describe both to a router.
+    fn cache_layout(&self) -> Option<CacheLayout> {
+        let block = crate::host_cache::BLOCK_TOKENS as u64;
+        self.prefix_caching().then(|| CacheLayout {
+            block_tokens: block as u32,
+            blocks: Engine::stats(self).snapshot().kv_cells_total / block,
+        })
     }
 
     fn health(&self) -> Health {

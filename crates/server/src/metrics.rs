@@ -11,6 +11,8 @@ use rillm_backend::Backend;
 pub const RUNNING: &str = "vllm:num_requests_running";
 pub const WAITING: &str = "vllm:num_requests_waiting";
 pub const KV_USAGE: &str = "vllm:kv_cache_usage_perc";
+/// Always 1; its labels carry the cache layout (GIE's prefix-cache scorer reads them).
+pub const CACHE_CONFIG: &str = "vllm:cache_config_info";
 pub const TTFT: &str = "vllm:time_to_first_token_seconds";
 pub const ITL: &str = "vllm:inter_token_latency_seconds";
 pub const E2E: &str = "vllm:e2e_request_latency_seconds";
@@ -62,6 +64,11 @@ pub fn render(backend: Option<&dyn Backend>) -> String {
         gauge!(RUNNING, "model_name" => model.clone()).set(stats.running as f64);
         gauge!(WAITING, "model_name" => model.clone()).set(stats.waiting as f64);
         gauge!(KV_USAGE, "model_name" => model.clone()).set(stats.kv_usage());
+        if let Some(layout) = backend.cache_layout() {
+            let (block, blocks) = (layout.block_tokens.to_string(), layout.blocks.to_string());
+            gauge!(CACHE_CONFIG, "model_name" => model.clone(), "block_size" => block, "num_gpu_blocks" => blocks)
+                .set(1.0);
+        }
         counter!(SEQUENCES_MOVED, "model_name" => model.clone()).absolute(stats.sequences_moved);
         render_prefix_cache(&model, &stats.prefix);
     }
