@@ -29,7 +29,8 @@ def fail(msg):
 
 def load_all():
     docs = []
-    for path in sorted(glob.glob(os.path.join(ROOT, "deploy", "k8s", "*.yaml"))):
+    paths = glob.glob(os.path.join(ROOT, "deploy", "k8s", "*.yaml")) + glob.glob(os.path.join(ROOT, "deploy", "bench", "*.yaml"))
+    for path in sorted(paths):
         with open(path) as f:
             for doc in yaml.safe_load_all(f):
                 if doc:
@@ -152,6 +153,18 @@ def main():
         fail("terminationGracePeriodSeconds is shorter than --shutdown-timeout")
     if args.get("threads") != str(container["resources"]["requests"]["cpu"]):
         fail("--threads does not match the CPU request")
+
+    for job in by_kind.get("Job", []):
+        spec = job["spec"]
+        args = spec["template"]["spec"]["containers"][0]["args"]
+        shard = next((a for a in args if a.startswith("--shard=")), "")
+        count = shard.rsplit("/", 1)[-1]
+        if spec.get("completionMode") != "Indexed" or not count.isdigit():
+            fail(f"Job {job['metadata']['name']}: not an Indexed Job of --shard=$(SHARD)/N")
+        elif not int(count) == spec["completions"] == spec["parallelism"]:
+            fail(f"Job {job['metadata']['name']}: {count} shards but {spec['completions']} completions")
+        if not any(a.startswith("--start-at=") for a in args):
+            fail(f"Job {job['metadata']['name']}: shards without --start-at do not start together")
 
     print("deploy manifests: " + ("FAILED" if failures else f"{len(docs)} valid"))
     sys.exit(1 if failures else 0)

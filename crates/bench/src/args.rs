@@ -156,6 +156,14 @@ pub struct BenchArgs {
     /// Self-contained HTML report (inline SVG charts).
     #[arg(long)]
     pub report: Option<PathBuf>,
+    /// Send only shard I of N (0-based) of an open-loop schedule (--rate or --trace, one
+    /// level): arrival i is shard i mod N's. Run N processes, then `rillm bench merge`.
+    #[arg(long)]
+    pub shard: Option<crate::shard::Shard>,
+    /// Begin the schedule at this Unix time in milliseconds (by this machine's clock), so
+    /// shards on several machines start together.
+    #[arg(long)]
+    pub start_at: Option<u64>,
 }
 
 fn parse_json_object(s: &str) -> Result<serde_json::Value, String> {

@@ -10,6 +10,7 @@ pub mod client;
 pub mod compare;
 pub mod dataset;
 pub mod lengths;
+pub mod merge;
 pub mod mock;
 pub mod protocol;
 pub mod report;
@@ -17,6 +18,7 @@ pub mod result;
 pub mod runner;
 pub mod schedule;
 pub mod session;
+pub mod shard;
 pub mod stats;
 pub mod synth;
 pub mod tokens;
@@ -79,6 +81,7 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
         eprintln!("rillm bench: protocol {protocol:?} (picked from the URL path; --protocol overrides)");
     }
     check_workload_args(&args)?;
+    check_shard_args(&args)?;
     let output_counter = args.tokenizer.as_deref().map(tokens::TokenCounter::from_file).transpose()?;
     let client = reqwest::Client::builder()
         .tcp_nodelay(true)
@@ -144,8 +147,22 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
             seed: args.seed,
             progress: false,
             first_prompt: 0,
+            shard: None,
         });
         runner::run_level(&client, warm).await;
+    }
+    // Shards agree on a start time; each says how late its clock let it begin.
+    let late_ms = match args.start_at {
+        Some(at) => Some(shard::wait_until(at).await),
+        None => None,
+    };
+    if let Some(s) = args.shard {
+        run_context["shard"] = json!({
+            "index": s.index,
+            "count": s.count,
+            "start_at_unix_ms": args.start_at,
+            "late_ms": late_ms,
+        });
     }
     let mut results = Vec::new();
     for (level, load) in loads.into_iter().enumerate() {
@@ -162,7 +179,10 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
             seed: args.seed,
             progress,
             first_prompt: level * per_level,
+            shard: args.shard,
         });
+        let mut level_context = run_context.clone();
+        level_context["started_unix_ms"] = json!(shard::unix_ms_now());
         let mut outcome = runner::run_level(&client, plan).await;
         if let Some(counter) = &output_counter {
             estimate_output_tokens(counter, &mut outcome.records);
@@ -182,7 +202,7 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
             records: outcome.records,
             wall_s: outcome.wall_s,
             client_cpu_s: outcome.client_cpu_s,
-            run_context: run_context.clone(),
+            run_context: level_context,
             notes,
             sessions: matches!(*workload, Workload::Sessions(_)).then_some(result::SessionCounts {
                 cut_short: outcome.sessions_cut,
@@ -210,6 +230,29 @@ fn estimate_output_tokens(counter: &tokens::TokenCounter, records: &mut [client:
             r.tokens_estimated = true;
         }
     }
+}
+
+/// Sharding splits one open-loop schedule; a sweep's later levels would start whenever each
+/// shard's previous level drained, so shards run one level each.
+fn check_shard_args(args: &BenchArgs) -> Result<(), BenchError> {
+    if args.shard.is_none() {
+        return Ok(());
+    }
+    if args.sessions.is_some() || args.multi_turn || !args.concurrency.is_empty() {
+        return Err(BenchError::Args(
+            "--shard splits an open-loop schedule (--rate or --trace): sessions and --concurrency are not sharded"
+                .into(),
+        ));
+    }
+    if args.rate.len() > 1 {
+        return Err(BenchError::Args(
+            "--shard runs one load level: run each rate of a sweep as its own sharded run".into(),
+        ));
+    }
+    if args.trace.is_none() && args.rate.is_empty() {
+        return Err(BenchError::Args("--shard needs --rate or --trace".into()));
+    }
+    Ok(())
 }
 
 fn check_workload_args(args: &BenchArgs) -> Result<(), BenchError> {

@@ -144,6 +144,38 @@ impl RequestJson {
     }
 }
 
+impl RequestJson {
+    /// The record again, its times moved `shift_ms` later (onto another shard's clock), for
+    /// recomputing a run from its files. What the file does not keep (tokens per event) is
+    /// unknown: ITL per token then comes only from events that carried one token each.
+    pub fn to_record(&self, shift_ms: f64) -> RequestRecord {
+        RequestRecord {
+            index: self.index,
+            session: self.session_id.as_deref().map(std::sync::Arc::from),
+            turn: self.turn,
+            prompt_tokens: self.prompt_tokens,
+            cached_tokens: self.cached_tokens,
+            status: self.status,
+            http_status: self.http_status,
+            error: self.error.clone(),
+            retry_after_s: self.retry_after_s,
+            scheduled_ms: self.scheduled_ms + shift_ms,
+            sent_ms: self.sent_ms + shift_ms,
+            ttft_ms: self.ttft_ms,
+            ttfat_ms: self.time_to_first_answer_ms.or(self.ttft_ms),
+            reasoning_chars: self.reasoning_chars,
+            event_gaps_ms: self.event_gaps_ms.clone().unwrap_or_default(),
+            event_tokens: Vec::new(),
+            e2e_ms: self.e2e_ms,
+            text: self.text.clone().unwrap_or_default(),
+            content_events: self.content_events.unwrap_or(0),
+            completion_tokens: self.completion_tokens,
+            tokens_estimated: self.completion_tokens_estimated,
+            resent: self.resent,
+        }
+    }
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Latencies {
     /// To the first content event, reasoning included.
@@ -246,6 +278,10 @@ pub struct BenchResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sessions: Option<SessionCounts>,
     pub client: ClientCheck,
+    /// The notes in `limits` that describe the workload (how prompts were made), apart, so
+    /// `bench merge` can carry them into the merged result.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workload_notes: Vec<String>,
 }
 
 pub struct RunFacts {
@@ -344,6 +380,7 @@ pub fn build(facts: RunFacts) -> BenchResult {
         limits.push(' ');
         limits.push_str(note);
     }
+    let workload_notes = facts.notes.clone();
     let per_turn = facts.sessions.map(|_| per_turn(&done));
     BenchResult {
         execution_mode: "live HTTP requests".into(),
@@ -374,6 +411,7 @@ pub fn build(facts: RunFacts) -> BenchResult {
         per_turn,
         sessions: facts.sessions,
         client: ClientCheck { cpu_s: facts.client_cpu_s, cpu_cores_used, dispatch_lag_p99_ms: lag_p99, saturated },
+        workload_notes,
     }
 }
 

@@ -47,6 +47,8 @@ pub struct LevelPlan {
     /// Where in the prompt pool this level starts: each level of a sweep sends its own
     /// prompts, so no level finds the one before it in a server's prefix cache.
     pub first_prompt: usize,
+    /// Send only this shard's arrivals of the schedule (indices stay the full run's).
+    pub shard: Option<crate::shard::Shard>,
 }
 
 pub struct LevelOutcome {
@@ -142,11 +144,12 @@ async fn open_loop(
     start: Instant,
     bar: &ProgressBar,
 ) -> Vec<RequestRecord> {
-    bar.set_length(times.len() as u64);
+    let mine = |i: &usize| plan.shard.is_none_or(|s| s.owns(*i));
+    bar.set_length((0..times.len()).filter(mine).count() as u64);
     let in_flight = Arc::new(AtomicUsize::new(0));
     let mut tasks = JoinSet::new();
     let mut shed = Vec::new();
-    for (i, t) in times.iter().enumerate() {
+    for (i, t) in times.iter().enumerate().filter(|(i, _)| mine(i)) {
         let scheduled = start + Duration::from_secs_f64(*t);
         tokio::time::sleep_until(scheduled.into()).await;
         let scheduled_ms = t * 1000.0;

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use rillm_bench::compare::CompareArgs;
+use rillm_bench::merge::MergeArgs;
 use rillm_bench::mock::{Fault, Framing, MockConfig};
 use rillm_bench::BenchArgs;
 
@@ -24,6 +25,9 @@ enum BenchAction {
     Compare(CompareArgs),
     /// Draw the HTML report of a result file again (as `--report` would have).
     Report(ReportArgs),
+    /// Merge the result files of a run's shards (`--shard I/N`) into one result, every
+    /// statistic recomputed from the per-request records.
+    Merge(MergeArgs),
 }
 
 #[derive(clap::Args)]
@@ -38,6 +42,11 @@ struct ReportArgs {
 pub fn command(command: BenchCommand) -> anyhow::Result<()> {
     match (command.action, command.run) {
         (Some(BenchAction::Compare(args)), _) => compare(&args),
+        (Some(BenchAction::Merge(args)), _) => {
+            print!("{}", rillm_bench::merge::run(&args)?);
+            eprintln!("rillm: wrote {}", args.output.display());
+            Ok(())
+        }
         (Some(BenchAction::Report(args)), _) => {
             let run = rillm_bench::compare::load(&args.file, None)?;
             std::fs::write(&args.output, rillm_bench::report::html(&run.levels))?;
@@ -46,7 +55,7 @@ pub fn command(command: BenchCommand) -> anyhow::Result<()> {
         }
         (None, Some(args)) => run(args),
         // clap requires --url when no subcommand is given.
-        (None, None) => anyhow::bail!("rillm bench needs --url (or a subcommand: compare, report)"),
+        (None, None) => anyhow::bail!("rillm bench needs --url (or a subcommand: compare, merge, report)"),
     }
 }
 
