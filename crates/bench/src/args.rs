@@ -13,8 +13,14 @@ use crate::trace::TraceFormat;
 #[command(group(clap::ArgGroup::new("source").args(["prompt", "dataset", "trace", "input_tokens"])))]
 pub struct BenchArgs {
     /// Endpoint to load, e.g. http://127.0.0.1:8767/generate or .../v1/chat/completions.
-    #[arg(long)]
-    pub url: String,
+    /// Given several times (replicas of one model, same path), requests are spread over
+    /// them by --balance and the result breaks the figures down per endpoint.
+    #[arg(long, required = true)]
+    pub url: Vec<String>,
+    /// How requests are spread over several --url: round-robin, or least-in-flight (fewest
+    /// unanswered requests). A session stays on the endpoint its first turn went to.
+    #[arg(long, value_enum, default_value_t = crate::targets::Balance::RoundRobin)]
+    pub balance: crate::targets::Balance,
     /// Wire protocol; `auto` picks it from the URL's path and says what it picked
     /// (`/generate` is rillm's: SGLang's native /generate needs `sglang`).
     #[arg(long, value_enum, default_value_t = ProtocolArg::Auto)]

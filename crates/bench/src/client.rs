@@ -60,6 +60,8 @@ pub struct RequestRecord {
     pub tokens_estimated: bool,
     /// Sent a second time: the server closed a kept-alive connection as it first went out.
     pub resent: bool,
+    /// Which `--url` it went to (0 for the first).
+    pub target: usize,
 }
 
 impl RequestRecord {
@@ -91,6 +93,7 @@ impl RequestRecord {
             completion_tokens: None,
             tokens_estimated: false,
             resent: false,
+            target: 0,
         }
     }
 

@@ -21,6 +21,7 @@ pub mod session;
 pub mod shard;
 pub mod stats;
 pub mod synth;
+pub mod targets;
 pub mod tokens;
 pub mod trace;
 pub mod workload;
@@ -76,7 +77,14 @@ impl BenchOutput {
 }
 
 pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, BenchError> {
-    let protocol = args.protocol.resolve(&args.url).map_err(BenchError::Args)?;
+    let url = args.url.first().cloned().ok_or_else(|| BenchError::Args("--url is required".into()))?;
+    let protocol = args.protocol.resolve(&url).map_err(BenchError::Args)?;
+    if let Some(other) = args.url.iter().find(|u| args.protocol.resolve(u).ok() != Some(protocol)) {
+        return Err(BenchError::Args(format!(
+            "every --url must take the same protocol ({protocol:?} for {url}); {other} does not"
+        )));
+    }
+    let targets = Arc::new(targets::Targets::new(args.url.clone(), args.balance));
     if args.protocol == args::ProtocolArg::Auto {
         eprintln!("rillm bench: protocol {protocol:?} (picked from the URL path; --protocol overrides)");
     }
@@ -93,7 +101,7 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
         .build()?;
     let model = match &args.model {
         Some(m) => Some(m.clone()),
-        None => discover_model(&client, &args.url, args.api_key.as_deref()).await,
+        None => discover_model(&client, &url, args.api_key.as_deref()).await,
     };
     let amount = match (args.requests, args.duration) {
         (_, Some(d)) if d > 0.0 => Amount::Duration(Duration::from_secs_f64(d)),
@@ -104,7 +112,7 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     let per_level = pool_size(&args, amount);
     let level_count = if args.rate.is_empty() { args.concurrency.len().max(1) } else { args.rate.len() };
     let pool = per_level.saturating_mul(level_count).min(MAX_POOL);
-    let built = workload::build(&args, protocol, &client, origin(&args.url), pool).await?;
+    let built = workload::build(&args, protocol, &client, origin(&url), pool).await?;
     if matches!(built.workload, Workload::Sessions(_)) && args.requests.is_some() {
         return Err(BenchError::Args(
             "--requests counts single requests; with sessions say how many with --sessions".into(),
@@ -135,7 +143,7 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
         // Warm-up uses --prompt, never the measured prompts: it must not fill a prefix cache.
         let warm = Workload::Requests(vec![RequestSpec::new(PromptSpec::Text(args.prompt.clone()), args.max_tokens)]);
         let warm = Arc::new(LevelPlan {
-            url: args.url.clone(),
+            targets: Arc::clone(&targets),
             protocol,
             api_key: args.api_key.clone(),
             workload: Arc::new(warm),
@@ -167,7 +175,7 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     let mut results = Vec::new();
     for (level, load) in loads.into_iter().enumerate() {
         let plan = Arc::new(LevelPlan {
-            url: args.url.clone(),
+            targets: Arc::clone(&targets),
             protocol,
             api_key: args.api_key.clone(),
             workload: Arc::clone(&workload),
@@ -195,7 +203,8 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
             ));
         }
         results.push(result::build(RunFacts {
-            url: args.url.clone(),
+            url: url.clone(),
+            urls: args.url.clone(),
             protocol,
             load: describe(load, args.max_inflight),
             slos,
@@ -376,7 +385,7 @@ fn run_context(args: &BenchArgs, model: Option<&str>, command: &str) -> Value {
             hashes.insert(input.display().to_string(), json!(h));
         }
     }
-    let host = origin(&args.url);
+    let host = origin(args.url.first().map_or("", String::as_str));
     let loopback =
         ["127.", "localhost", "[::1]"].iter().any(|h| host.split("://").nth(1).is_some_and(|x| x.starts_with(h)));
     let device = args.device.clone().unwrap_or_else(|| {

@@ -133,6 +133,7 @@ pub fn merge(runs: Vec<Run>) -> Result<BenchResult, MergeError> {
     }
     let mut merged = result::build(RunFacts {
         url: first.url.clone(),
+        urls: first.urls.clone(),
         protocol: first.protocol,
         load: first.load.clone(),
         slos: first.slos,

@@ -107,6 +107,9 @@ pub struct RequestJson {
     pub scheduled_ms: f64,
     pub sent_ms: f64,
     pub dispatch_lag_ms: f64,
+    /// Which `--url` it went to, when there were several (0, the first, is left out).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub target: usize,
 }
 
 impl RequestJson {
@@ -140,6 +143,7 @@ impl RequestJson {
             scheduled_ms: r3(r.scheduled_ms),
             sent_ms: r3(r.sent_ms),
             dispatch_lag_ms: r3(r.dispatch_lag_ms()),
+            target: r.target,
         }
     }
 }
@@ -172,6 +176,7 @@ impl RequestJson {
             completion_tokens: self.completion_tokens,
             tokens_estimated: self.completion_tokens_estimated,
             resent: self.resent,
+            target: self.target,
         }
     }
 }
@@ -200,6 +205,21 @@ pub struct ClientCheck {
     pub cpu_cores_used: f64,
     pub dispatch_lag_p99_ms: f64,
     pub saturated: bool,
+}
+
+/// One endpoint's share of a run with several `--url`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TargetSummary {
+    pub url: String,
+    /// Requests sent to it (shed requests were sent nowhere).
+    pub sent: usize,
+    pub completed: usize,
+    pub failed: usize,
+    pub rejected_429: usize,
+    pub throughput_rps: f64,
+    pub goodput_rps: f64,
+    pub ttft_ms: Option<Distribution>,
+    pub tpot_ms: Option<Distribution>,
 }
 
 /// Requests that completed at one turn index of their sessions.
@@ -252,6 +272,9 @@ pub struct BenchResult {
     pub run_context: Value,
     // What rillm adds.
     pub url: String,
+    /// Every endpoint loaded, when there were several (`url` is the first).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub urls: Vec<String>,
     pub protocol: crate::protocol::Protocol,
     pub load: LoadDescription,
     pub sent: usize,
@@ -277,6 +300,9 @@ pub struct BenchResult {
     pub per_turn: Option<Vec<TurnSummary>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sessions: Option<SessionCounts>,
+    /// Several `--url`: each endpoint's share and latencies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_target: Option<Vec<TargetSummary>>,
     pub client: ClientCheck,
     /// The notes in `limits` that describe the workload (how prompts were made), apart, so
     /// `bench merge` can carry them into the merged result.
@@ -286,6 +312,7 @@ pub struct BenchResult {
 
 pub struct RunFacts {
     pub url: String,
+    pub urls: Vec<String>,
     pub protocol: crate::protocol::Protocol,
     pub load: LoadDescription,
     pub slos: Slos,
@@ -382,6 +409,10 @@ pub fn build(facts: RunFacts) -> BenchResult {
     }
     let workload_notes = facts.notes.clone();
     let per_turn = facts.sessions.map(|_| per_turn(&done));
+    let per_target = (facts.urls.len() > 1).then(|| {
+        let good = |r: &&RequestRecord| facts.slos.all_met(r, open_loop);
+        per_target(&facts.urls, &sent_records, per_s, good)
+    });
     BenchResult {
         execution_mode: "live HTTP requests".into(),
         offered_requests: records.len(),
@@ -393,6 +424,7 @@ pub fn build(facts: RunFacts) -> BenchResult {
         limits,
         run_context: facts.run_context,
         url: facts.url,
+        urls: if facts.urls.len() > 1 { facts.urls.clone() } else { Vec::new() },
         protocol: facts.protocol,
         load: facts.load,
         sent: sent_records.len(),
@@ -410,6 +442,7 @@ pub fn build(facts: RunFacts) -> BenchResult {
         tokens: token_summary,
         per_turn,
         sessions: facts.sessions,
+        per_target,
         client: ClientCheck { cpu_s: facts.client_cpu_s, cpu_cores_used, dispatch_lag_p99_ms: lag_p99, saturated },
         workload_notes,
     }
@@ -432,6 +465,33 @@ fn token_summary(sent: &[&RequestRecord], done: &[&RequestRecord]) -> TokenSumma
         requests_without_token_count: done.iter().filter(|r| r.tokens().is_none()).count(),
         requests_with_estimated_tokens: done.iter().filter(|r| r.tokens_estimated).count(),
     }
+}
+
+fn per_target(
+    urls: &[String],
+    sent: &[&RequestRecord],
+    per_s: impl Fn(usize) -> f64,
+    good: impl Fn(&&RequestRecord) -> bool,
+) -> Vec<TargetSummary> {
+    urls.iter()
+        .enumerate()
+        .map(|(t, url)| {
+            let mine: Vec<&RequestRecord> = sent.iter().copied().filter(|r| r.target == t).collect();
+            let count = |s: Status| mine.iter().filter(|r| r.status == s).count();
+            let done: Vec<&&RequestRecord> = mine.iter().filter(|r| r.status == Status::Completed).collect();
+            TargetSummary {
+                url: url.clone(),
+                sent: mine.len(),
+                completed: done.len(),
+                failed: count(Status::Failed),
+                rejected_429: count(Status::Rejected),
+                throughput_rps: per_s(done.len()),
+                goodput_rps: per_s(done.iter().filter(|r| good(r)).count()),
+                ttft_ms: Distribution::of(done.iter().filter_map(|r| r.ttft_ms)),
+                tpot_ms: Distribution::of(done.iter().filter_map(|r| r.tpot_ms())),
+            }
+        })
+        .collect()
 }
 
 fn per_turn(done: &[&RequestRecord]) -> Vec<TurnSummary> {

@@ -33,7 +33,7 @@ pub enum Amount {
 }
 
 pub struct LevelPlan {
-    pub url: String,
+    pub targets: Arc<crate::targets::Targets>,
     pub protocol: Protocol,
     pub api_key: Option<String>,
     pub workload: Arc<Workload>,
@@ -70,18 +70,21 @@ impl LevelPlan {
         }
     }
 
-    /// Sends one request and labels its record.
+    /// Sends one request to endpoint `to` (of `targets`) and labels its record.
     pub async fn send(
         &self,
         client: &reqwest::Client,
         spec: &RequestSpec,
         index: usize,
+        to: usize,
         start: Instant,
         scheduled_ms: f64,
     ) -> RequestRecord {
         let body = request_body(self.protocol, spec, &self.body);
-        let mut record = send(&target(client, self), &body, start, scheduled_ms).await;
+        let _in_flight = self.targets.begin(to);
+        let mut record = send(&target(client, self, to), &body, start, scheduled_ms).await;
         record.index = index;
+        record.target = to;
         record.prompt_tokens = record.prompt_tokens.or(spec.prompt_tokens);
         record
     }
@@ -132,8 +135,9 @@ pub async fn run_level(client: &reqwest::Client, plan: Arc<LevelPlan>) -> LevelO
     }
 }
 
-pub fn target<'a>(client: &'a reqwest::Client, plan: &'a LevelPlan) -> Target<'a> {
-    Target { client, url: &plan.url, protocol: plan.protocol, api_key: plan.api_key.as_deref(), timeout: plan.timeout }
+pub fn target<'a>(client: &'a reqwest::Client, plan: &'a LevelPlan, to: usize) -> Target<'a> {
+    let url = plan.targets.url(to);
+    Target { client, url, protocol: plan.protocol, api_key: plan.api_key.as_deref(), timeout: plan.timeout }
 }
 
 /// Sends request `i` at `times[i]` seconds from `start`, never waiting for responses.
@@ -163,7 +167,7 @@ async fn open_loop(
         in_flight.fetch_add(1, Ordering::SeqCst);
         let (client, plan, in_flight, bar) = (client.clone(), Arc::clone(plan), Arc::clone(&in_flight), bar.clone());
         tasks.spawn(async move {
-            let record = plan.send(&client, plan.spec(i), i, start, scheduled_ms).await;
+            let record = plan.send(&client, plan.spec(i), i, plan.targets.pick(), start, scheduled_ms).await;
             in_flight.fetch_sub(1, Ordering::SeqCst);
             bar.inc(1);
             (i, record)
@@ -205,7 +209,8 @@ async fn closed_loop(
                 }
                 // Closed loop: a request is "scheduled" when its worker is free.
                 let scheduled_ms = ms(start.elapsed());
-                mine.push((i, plan.send(&client, plan.spec(i), i, start, scheduled_ms).await));
+                let to = plan.targets.pick();
+                mine.push((i, plan.send(&client, plan.spec(i), i, to, start, scheduled_ms).await));
                 bar.inc(1);
             }
             mine

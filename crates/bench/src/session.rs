@@ -115,6 +115,8 @@ async fn play(
     bar: &ProgressBar,
 ) -> Played {
     let session = &sessions[i];
+    // A conversation stays on one endpoint, where its KV is.
+    let to = plan.targets.pick();
     let mut history = Vec::new();
     let mut records = Vec::with_capacity(session.turns.len());
     for (t, turn) in session.turns.iter().enumerate() {
@@ -125,7 +127,7 @@ async fn play(
         let spec = RequestSpec::new(PromptSpec::Messages(history.clone()), turn.max_tokens);
         // A turn is "scheduled" when its conversation is ready to send it.
         let scheduled_ms = ms(start.elapsed());
-        let mut record = plan.send(client, &spec, 0, start, scheduled_ms).await;
+        let mut record = plan.send(client, &spec, 0, to, start, scheduled_ms).await;
         record.session = Some(Arc::clone(&session.id));
         record.turn = Some(t as u32 + 1);
         bar.inc(1);

@@ -8,7 +8,7 @@ use tokio::io::AsyncWriteExt;
 
 mod support;
 
-use support::{bench, Mock};
+use support::{bench, bench_err, Mock};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejections_are_counted_apart_from_failures_with_retry_after() {
@@ -190,4 +190,31 @@ async fn each_level_of_a_sweep_sends_its_own_prompts() {
         seen.dedup();
         assert!(seen.len() <= 2, "{seen:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_urls_share_the_load_and_each_gets_its_own_figures() {
+    let (fast, slow) = (Mock::start(10, 2, 8, 10_000), Mock::start(60, 40, 8, 10_000));
+    let (a, b) = (format!("{}/v1/completions", fast.base), format!("{}/v1/completions", slow.base));
+    let urls = ["--url", a.as_str(), "--url", b.as_str()];
+    let even = &bench(&[&urls[..], &["--rate", "100", "--arrival", "constant", "--requests", "20"]].concat()).await[0];
+    let targets = even.per_target.as_ref().expect("a breakdown per endpoint");
+    assert_eq!((targets[0].url.as_str(), targets[1].url.as_str()), (a.as_str(), b.as_str()));
+    assert_eq!((targets[0].sent, targets[1].sent), (10, 10), "round-robin");
+    assert!(even.requests.iter().all(|q| q.target == q.index % 2));
+    let ttft = |t: usize| targets[t].ttft_ms.unwrap().p50;
+    assert!(ttft(0) < 40.0 && ttft(1) > 55.0, "each endpoint's own TTFT: {} vs {}", ttft(0), ttft(1));
+    assert_eq!(even.completed, 20);
+
+    // Least-in-flight: the slow endpoint holds its requests longer, so it gets fewer.
+    let balanced = ["--balance", "least-in-flight", "--rate", "100", "--arrival", "constant", "--requests", "40"];
+    let r = &bench(&[&urls[..], &balanced].concat()).await[0];
+    let t = r.per_target.as_ref().unwrap();
+    assert_eq!(t[0].sent + t[1].sent, 40);
+    assert!(t[0].sent > t[1].sent + 8, "fast {} vs slow {}", t[0].sent, t[1].sent);
+
+    // One protocol for all: a path that resolves to another is refused.
+    let other = format!("{}/generate", slow.base);
+    let refused = bench_err(&["--url", &a, "--url", &other, "--requests", "1"]).await;
+    assert!(refused.contains("same protocol"), "{refused}");
 }

@@ -45,17 +45,20 @@ fn row<'a>(text: &'a str, metric: &str) -> Vec<&'a str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compare_puts_runs_side_by_side_and_refuses_different_workloads() {
     let (fast, _) = sweep(10, "20,40", "fast").await;
-    let (slow, _) = sweep(60, "20,40", "slow").await;
+    let (slow, _) = sweep(150, "20,40", "slow").await;
     let page = temp("compare.html");
     let text = compare::run(&compare_args(&[&fast, &slow], Some(&page))).expect("same workload compares");
     assert_eq!(text.matches("== ").count(), 2, "one block per level: {text}");
-    // TTFT p50: lower is better, the slow mock is about 6x the fast one, and it says so.
+    // TTFT p50: lower is better, the slow mock is 140 ms slower (this test may share the
+    // cores with Chromium: margins, not exact ratios), and it says so.
     let ttft = row(&text, "TTFT p50 ms");
     assert_eq!(ttft[0], "lower");
     let (a, b): (f64, f64) = (ttft[1].parse().unwrap(), ttft[2].parse().unwrap());
-    assert!(b > 3.0 * a, "{text}");
+    assert!(b - a > 70.0, "{text}");
     assert_eq!(ttft[4], "worse", "{text}");
-    assert!((ttft[3].trim_end_matches('x').parse::<f64>().unwrap() - b / a).abs() < 0.01, "{text}");
+    // The ratio of the unrounded figures: within the rounding of the ones shown.
+    let shown: f64 = ttft[3].trim_end_matches('x').parse().unwrap();
+    assert!((shown / (b / a) - 1.0).abs() < 0.02, "{text}");
     assert_eq!(row(&text, "offered")[..2], ["12", "12"]);
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(html.contains("fast (A, baseline)") && html.contains("<td class=\"num worse\">"), "ratio cells marked");

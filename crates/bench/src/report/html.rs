@@ -156,6 +156,9 @@ fn level_section(body: &mut String, r: &BenchResult, is_knee: bool) {
     if let Some(turns) = &r.per_turn {
         turn_table(body, turns);
     }
+    if let Some(targets) = &r.per_target {
+        target_table(body, targets);
+    }
     body.push_str("<div class=\"charts\">");
     for chart in level_charts(r) {
         body.push_str(&chart.render());
@@ -211,6 +214,41 @@ fn turn_table(body: &mut String, turns: &[crate::result::TurnSummary]) {
     table(
         body,
         &["turn", "completed", "TTFT p50 ms", "TTFT p90 ms", "prompt tokens", "cached tokens", "cached %"],
+        &rows,
+    );
+}
+
+fn target_table(body: &mut String, targets: &[crate::result::TargetSummary]) {
+    let rows: Vec<(&str, Vec<Cell>)> = targets
+        .iter()
+        .map(|t| {
+            let cells = vec![
+                Cell::plain(t.url.clone()),
+                Cell::plain(t.sent.to_string()),
+                Cell::plain(t.completed.to_string()),
+                Cell::plain(t.failed.to_string()),
+                Cell::plain(t.rejected_429.to_string()),
+                Cell::plain(format!("{:.3}", t.goodput_rps)),
+                Cell::plain(num(t.ttft_ms.map(|d| d.p50), 1)),
+                Cell::plain(num(t.ttft_ms.map(|d| d.p99), 1)),
+                Cell::plain(num(t.tpot_ms.map(|d| d.p50), 2)),
+            ];
+            ("", cells)
+        })
+        .collect();
+    table(
+        body,
+        &[
+            "endpoint",
+            "sent",
+            "completed",
+            "failed",
+            "429",
+            "goodput req/s",
+            "TTFT p50 ms",
+            "TTFT p99 ms",
+            "TPOT p50 ms",
+        ],
         &rows,
     );
 }

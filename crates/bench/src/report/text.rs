@@ -84,6 +84,20 @@ pub fn summary(levels: &[BenchResult]) -> String {
                 );
             }
         }
+        for t in r.per_target.iter().flatten() {
+            let _ = writeln!(
+                out,
+                "  endpoint {}: sent {}  completed {}  failed {}  429 {}  goodput {:.3} req/s  TTFT p50 {}  p99 {}",
+                t.url,
+                t.sent,
+                t.completed,
+                t.failed,
+                t.rejected_429,
+                t.goodput_rps,
+                opt(t.ttft_ms.map(|d| d.p50), " ms"),
+                opt(t.ttft_ms.map(|d| d.p99), " ms")
+            );
+        }
         let _ = writeln!(
             out,
             "  client CPU {:.2} cores{}",
