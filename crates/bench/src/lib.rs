@@ -195,13 +195,7 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
         if let Some(counter) = &output_counter {
             estimate_output_tokens(counter, &mut outcome.records);
         }
-        let mut notes = built.notes.clone();
-        if outcome.sessions_cut > 0 {
-            notes.push(format!(
-                "{} sessions ended early after a failed or rejected turn; their {} remaining turns were never sent and are not counted as offered.",
-                outcome.sessions_cut, outcome.turns_not_sent
-            ));
-        }
+        let notes = built.notes.clone();
         results.push(result::build(RunFacts {
             url: url.clone(),
             urls: args.url.clone(),
@@ -247,10 +241,9 @@ fn check_shard_args(args: &BenchArgs) -> Result<(), BenchError> {
     if args.shard.is_none() {
         return Ok(());
     }
-    if args.sessions.is_some() || args.multi_turn || !args.concurrency.is_empty() {
+    if !args.concurrency.is_empty() {
         return Err(BenchError::Args(
-            "--shard splits an open-loop schedule (--rate or --trace): sessions and --concurrency are not sharded"
-                .into(),
+            "--shard splits an open-loop schedule (--rate or --trace): --concurrency has none to split".into(),
         ));
     }
     if args.rate.len() > 1 {
@@ -259,7 +252,7 @@ fn check_shard_args(args: &BenchArgs) -> Result<(), BenchError> {
         ));
     }
     if args.trace.is_none() && args.rate.is_empty() {
-        return Err(BenchError::Args("--shard needs --rate or --trace".into()));
+        return Err(BenchError::Args("--shard needs --rate (requests or sessions per second) or --trace".into()));
     }
     Ok(())
 }

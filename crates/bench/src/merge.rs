@@ -142,7 +142,10 @@ pub fn merge(runs: Vec<Run>) -> Result<BenchResult, MergeError> {
         client_cpu_s: busiest_cores * wall_s,
         run_context,
         notes,
-        sessions: None,
+        sessions: first.sessions.map(|_| result::SessionCounts {
+            cut_short: levels.clone().filter_map(|l| l.sessions).map(|s| s.cut_short).sum(),
+            turns_not_sent: levels.clone().filter_map(|l| l.sessions).map(|s| s.turns_not_sent).sum(),
+        }),
     });
     merged.client.cpu_s = cpu_s;
     Ok(merged)

@@ -320,7 +320,7 @@ pub struct RunFacts {
     pub wall_s: f64,
     pub client_cpu_s: f64,
     pub run_context: Value,
-    /// Workload facts for `limits` (how prompts were made, sessions cut short).
+    /// Workload facts for `limits` (how prompts were made).
     pub notes: Vec<String>,
     pub sessions: Option<SessionCounts>,
 }
@@ -403,11 +403,17 @@ pub fn build(facts: RunFacts) -> BenchResult {
         estimated_tokens: token_summary.requests_with_estimated_tokens,
         resent: records.iter().filter(|r| r.resent).count(),
     });
-    for note in &facts.notes {
+    let workload_notes = facts.notes.clone();
+    let cut = facts.sessions.filter(|s| s.cut_short > 0).map(|s| {
+        format!(
+            "{} sessions ended early after a failed or rejected turn; their {} remaining turns were never sent and are not counted as offered.",
+            s.cut_short, s.turns_not_sent
+        )
+    });
+    for note in facts.notes.iter().chain(&cut) {
         limits.push(' ');
         limits.push_str(note);
     }
-    let workload_notes = facts.notes.clone();
     let per_turn = facts.sessions.map(|_| per_turn(&done));
     let per_target = (facts.urls.len() > 1).then(|| {
         let good = |r: &&RequestRecord| facts.slos.all_met(r, open_loop);

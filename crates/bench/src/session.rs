@@ -37,7 +37,18 @@ pub async fn run(
     start: Instant,
     bar: &ProgressBar,
 ) -> SessionsOutcome {
-    bar.set_length(sessions.iter().map(|s| s.turns.len() as u64).sum());
+    // A turn's index is its place in the whole run, session by session: the same in every
+    // shard, and a turn never sent leaves its index unused.
+    let first_turn: Vec<usize> = sessions
+        .iter()
+        .scan(0, |next, s| {
+            let first = *next;
+            *next += s.turns.len();
+            Some(first)
+        })
+        .collect();
+    let mine = |i: &usize| plan.shard.is_none_or(|s| s.owns(*i));
+    bar.set_length((0..sessions.len()).filter(mine).map(|i| sessions[i].turns.len() as u64).sum());
     let sessions: Arc<Vec<Session>> = Arc::new(sessions.to_vec());
     let played = match plan.load {
         Load::Rate { rate, arrival, burstiness } => {
@@ -47,7 +58,7 @@ pub async fn run(
             };
             let times = arrival_times(arrival, rate, burstiness, plan.seed, Some(sessions.len()), horizon);
             let mut tasks = JoinSet::new();
-            for (i, t) in times.into_iter().enumerate() {
+            for (i, t) in times.into_iter().enumerate().filter(|(i, _)| mine(i)) {
                 tokio::time::sleep_until((start + Duration::from_secs_f64(t)).into()).await;
                 let (client, plan, sessions, bar) =
                     (client.clone(), Arc::clone(plan), Arc::clone(&sessions), bar.clone());
@@ -58,7 +69,7 @@ pub async fn run(
         Load::Concurrency(workers) => closed_loop(client, plan, &sessions, workers.max(1), start, bar).await,
         Load::Replay => closed_loop(client, plan, &sessions, 1, start, bar).await,
     };
-    outcome(played)
+    outcome(played, &first_turn)
 }
 
 /// `workers` sessions open at once; each worker starts the next session when its own ends.
@@ -94,14 +105,17 @@ async fn closed_loop(
     tasks.join_all().await.into_iter().flatten().collect()
 }
 
-/// Records in session order, turn by turn, indexed in that order.
-fn outcome(mut played: Vec<Played>) -> SessionsOutcome {
+/// Records in session order, turn by turn, each indexed by its place in the whole run.
+fn outcome(mut played: Vec<Played>, first_turn: &[usize]) -> SessionsOutcome {
     played.sort_by_key(|p| p.session);
     let sessions_cut = played.iter().filter(|p| p.not_sent > 0).count();
     let turns_not_sent = played.iter().map(|p| p.not_sent).sum();
-    let mut records: Vec<RequestRecord> = played.into_iter().flat_map(|p| p.records).collect();
-    for (i, r) in records.iter_mut().enumerate() {
-        r.index = i;
+    let mut records = Vec::new();
+    for p in played {
+        for (t, mut r) in p.records.into_iter().enumerate() {
+            r.index = first_turn[p.session] + t;
+            records.push(r);
+        }
     }
     SessionsOutcome { records, sessions_cut, turns_not_sent }
 }

@@ -96,6 +96,40 @@ async fn four_shards_merge_into_the_unsharded_run() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sessions_shard_by_conversation_and_merge_with_their_turns() {
+    let mock = Mock::start(5, 2, 4, 10_000);
+    let url = format!("{}/v1/chat/completions", mock.base);
+    let run = ["--url", url.as_str(), "--sessions", "8", "--turns", "3", "--rate", "40", "--input-tokens", "20"];
+    let whole = bench(&run).await.remove(0);
+    let start_at = (rillm_bench::shard::unix_ms_now() + 1500).to_string();
+    let files: Vec<PathBuf> = (0..2).map(|i| temp(&format!("sessions-{i}.json"))).collect();
+    let shards = (0..2).map(|i| {
+        let shard = format!("{i}/2");
+        let mut args: Vec<String> = run.iter().map(|a| a.to_string()).collect();
+        args.extend(["--shard".into(), shard, "--start-at".into(), start_at.clone(), "--output".into()]);
+        args.push(files[i].display().to_string());
+        async move { bench(&args.iter().map(String::as_str).collect::<Vec<_>>()).await }
+    });
+    futures::future::join_all(shards).await;
+    for (i, file) in files.iter().enumerate() {
+        let shard = &compare::load(file, None).unwrap().levels[0];
+        assert_eq!(shard.offered_requests, 12, "four conversations of three turns");
+        // Conversation k (turns 3k..3k+2) is shard k mod 2's.
+        assert!(shard.requests.iter().all(|q| (q.index / 3) % 2 == i), "shard {i}");
+    }
+    let all = merged(&files).expect("merge");
+    assert_eq!(all.offered_requests, whole.offered_requests);
+    let indices: Vec<usize> = all.requests.iter().map(|q| q.index).collect();
+    assert_eq!(indices, (0..24).collect::<Vec<_>>());
+    let turns = all.per_turn.as_ref().expect("per-turn figures survive the merge");
+    assert_eq!(turns.iter().map(|t| t.completed).collect::<Vec<_>>(), [8, 8, 8]);
+    assert_eq!(all.sessions.map(|s| s.cut_short), Some(0));
+    for f in files {
+        let _ = std::fs::remove_file(f);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sharding_is_refused_where_there_is_no_schedule_to_split() {
     let url = "http://127.0.0.1:9/v1/completions";
