@@ -10,6 +10,7 @@ pub mod client;
 pub mod compare;
 pub mod dataset;
 pub mod lengths;
+mod limits;
 pub mod merge;
 pub mod mock;
 pub mod protocol;

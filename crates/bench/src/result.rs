@@ -384,7 +384,7 @@ pub fn build(facts: RunFacts) -> BenchResult {
         dispatch_lag_ms: lag,
     };
     let token_summary = token_summary(&sent_records, &done);
-    let mut limits = limits_text(&LimitFacts {
+    let mut limits = crate::limits::text(&crate::limits::LimitFacts {
         offered: records.len(),
         completed,
         failed,
@@ -514,90 +514,4 @@ fn per_turn(done: &[&RequestRecord]) -> Vec<TurnSummary> {
             }
         })
         .collect()
-}
-
-/// What the `limits` text is written from.
-struct LimitFacts<'a> {
-    offered: usize,
-    completed: usize,
-    failed: usize,
-    rejected: usize,
-    shed: usize,
-    protocol: crate::protocol::Protocol,
-    have_tokens: bool,
-    no_itl: bool,
-    saturated: bool,
-    lag_p99: f64,
-    cpu: f64,
-    slos: &'a Slos,
-    open_loop: bool,
-    reasoning: bool,
-    without_tokens: usize,
-    estimated_tokens: usize,
-    resent: usize,
-}
-
-fn limits_text(f: &LimitFacts) -> String {
-    let slos = f.slos;
-    let mut notes = vec![format!(
-        "Protocol {:?}. Goodput counts completed requests meeting every SLO given (TTFT ≤ {} ms{}{}){}; ttft_goodput_rps uses TTFT alone.",
-        f.protocol,
-        slos.ttft_ms,
-        slos.tpot_ms.map_or(String::new(), |t| format!(", TPOT ≤ {t} ms")),
-        slos.e2e_ms.map_or(String::new(), |t| format!(", e2e ≤ {t} ms")),
-        if f.open_loop { ", timed from each request's scheduled send (goodput_from_send_rps: from the actual send)" } else { "" },
-    )];
-    notes.push("SSE events are not necessarily model tokens: event_gaps_ms are gaps between content events.".into());
-    if !f.have_tokens {
-        notes.push(
-            "The server reported no token usage: TPOT and output tokens/s are not given (--tokenizer counts them)."
-                .into(),
-        );
-    } else if f.no_itl {
-        notes.push("Tokens per event are unknown, so token-level ITL is not given; see TPOT and event gaps.".into());
-    }
-    if f.have_tokens && f.without_tokens > 0 {
-        notes.push(format!(
-            "{} completed requests had no token count: output tokens/s counts only the others, an undercount.",
-            f.without_tokens
-        ));
-    }
-    if f.estimated_tokens > 0 {
-        notes.push(format!(
-            "{} requests' output token counts are estimates: counted from their text with --tokenizer.",
-            f.estimated_tokens
-        ));
-    }
-    if f.resent > 0 {
-        notes.push(format!(
-            "{} requests were sent twice: the server closed a kept-alive connection as they went out, before any response; their timings start at the first attempt.",
-            f.resent
-        ));
-    }
-    if f.reasoning {
-        notes.push("Reasoning text counts as output for TTFT, gaps and events; time_to_first_answer_ms is to the first answer text.".into());
-    }
-    if !f.protocol.has_end_marker() {
-        notes.push(
-            "This protocol has no end-of-stream marker: a stream cut off early cannot be told from a short answer."
-                .into(),
-        );
-    }
-    if f.completed < 30 {
-        notes.push(format!(
-            "Only {} completed requests: p99 is close to the maximum, not a tail estimate.",
-            f.completed
-        ));
-    }
-    notes.push(format!(
-        "Of {} offered: {} completed, {} failed, {} rejected with 429, {} shed by the client.",
-        f.offered, f.completed, f.failed, f.rejected, f.shed
-    ));
-    if f.saturated {
-        notes.push(format!(
-            "Client-side delay seen (dispatch lag p99 {:.1} ms, client CPU {:.2} cores): figures from the actual send exclude it, the *_from_schedule figures include it; on a machine shared with the server this is often CPU contention rather than a busy client.",
-            f.lag_p99, f.cpu
-        ));
-    }
-    notes.join(" ")
 }
