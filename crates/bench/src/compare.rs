@@ -38,8 +38,8 @@ pub enum CompareError {
     Labels(usize, usize),
     #[error("these runs measured different workloads, so their ratios would not compare the servers:\n  {}\n(--force compares them anyway)", .0.join("\n  "))]
     Mismatch(Vec<String>),
-    #[error("writing {path}: {error}")]
-    Write { path: String, error: std::io::Error },
+    #[error(transparent)]
+    Write(#[from] crate::WriteError),
 }
 
 /// One result file.
@@ -136,8 +136,7 @@ pub fn run(args: &CompareArgs) -> Result<String, CompareError> {
         return Err(CompareError::Mismatch(differences));
     }
     if let Some(path) = &args.report {
-        std::fs::write(path, crate::report::compare::html(&runs, &differences))
-            .map_err(|error| CompareError::Write { path: path.display().to_string(), error })?;
+        crate::write_file(path, &crate::report::compare::html(&runs, &differences))?;
     }
     Ok(crate::report::compare::text(&runs, &differences))
 }

@@ -51,10 +51,23 @@ pub enum BenchError {
     Trace(#[from] trace::TraceError),
     #[error(transparent)]
     Tokenizer(#[from] tokens::TokenizerError),
-    #[error("writing {path}: {error}")]
-    Write { path: String, error: std::io::Error },
+    #[error(transparent)]
+    Write(#[from] WriteError),
     #[error("HTTP client: {0}")]
     Client(#[from] reqwest::Error),
+}
+
+/// A file the benchmark could not write (result, report, comparison).
+#[derive(Debug, thiserror::Error)]
+#[error("writing {path}: {error}")]
+pub struct WriteError {
+    pub path: String,
+    pub error: std::io::Error,
+}
+
+/// Writes `text` to `path`, naming the path if it fails.
+pub fn write_file(path: &std::path::Path, text: &str) -> Result<(), WriteError> {
+    std::fs::write(path, text).map_err(|error| WriteError { path: path.display().to_string(), error })
 }
 
 /// What a run produced: one result per load level.
@@ -74,6 +87,21 @@ impl BenchOutput {
                 "levels": levels,
             }),
         }
+    }
+
+    /// The result file (`--output`) and the HTML report (`--report`), where asked for.
+    pub fn write_files(
+        &self,
+        result: Option<&std::path::Path>,
+        report: Option<&std::path::Path>,
+    ) -> Result<(), WriteError> {
+        if let Some(path) = result {
+            write_file(path, &serde_json::to_string_pretty(&self.to_json()).unwrap_or_default())?;
+        }
+        if let Some(path) = report {
+            write_file(path, &report::html(&self.levels))?;
+        }
+        Ok(())
     }
 }
 
@@ -111,8 +139,8 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     };
     // One pool holds every level's prompts, each level its own share of it.
     let per_level = pool_size(&args, amount);
-    let level_count = if args.rate.is_empty() { args.concurrency.len().max(1) } else { args.rate.len() };
-    let pool = per_level.saturating_mul(level_count).min(MAX_POOL);
+    let loads = levels(&args)?;
+    let pool = per_level.saturating_mul(loads.len()).min(MAX_POOL);
     let built = workload::build(&args, protocol, &client, origin(&url), pool).await?;
     if matches!(built.workload, Workload::Sessions(_)) && args.requests.is_some() {
         return Err(BenchError::Args(
@@ -123,7 +151,6 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     let ignore_eos = args.ignore_eos || matches!(built.workload, Workload::Trace(_));
     let body =
         BodyOptions { model: model.clone(), ignore_eos, temperature: args.temperature, extra: args.extra_body.clone() };
-    let loads = levels(&args, &built.workload)?;
     let timeout = Duration::from_secs_f64(args.timeout.max(0.001));
     let slos = Slos { ttft_ms: args.ttft_slo_ms, tpot_ms: args.tpot_slo_ms, e2e_ms: args.e2e_slo_ms };
     let mut run_context = run_context(&args, model.as_deref(), &command_line);
@@ -215,14 +242,7 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
         }));
     }
     let output = BenchOutput { levels: results };
-    if let Some(path) = &args.output {
-        let text = serde_json::to_string_pretty(&output.to_json()).unwrap_or_default();
-        std::fs::write(path, text).map_err(|error| BenchError::Write { path: path.display().to_string(), error })?;
-    }
-    if let Some(path) = &args.report {
-        std::fs::write(path, report::html(&output.levels))
-            .map_err(|error| BenchError::Write { path: path.display().to_string(), error })?;
-    }
+    output.write_files(args.output.as_deref(), args.report.as_deref())?;
     Ok(output)
 }
 
@@ -301,8 +321,9 @@ fn pool_size(args: &BenchArgs, amount: Amount) -> usize {
     }
 }
 
-fn levels(args: &BenchArgs, workload: &Workload) -> Result<Vec<Load>, BenchError> {
-    if matches!(workload, Workload::Trace(_)) {
+/// The load levels, in order. A trace (the workload `--trace` builds) sets its own times.
+fn levels(args: &BenchArgs) -> Result<Vec<Load>, BenchError> {
+    if args.trace.is_some() {
         return Ok(vec![Load::Replay]);
     }
     if let Some(bad) = args.rate.iter().find(|r| !(r.is_finite() && **r > 0.0)) {

@@ -41,8 +41,8 @@ pub enum MergeError {
     Mismatch(Vec<String>),
     #[error("request {index} is in two shards ({a} and {b}): they did not split one schedule")]
     Overlap { index: usize, a: String, b: String },
-    #[error("writing {path}: {error}")]
-    Write { path: String, error: std::io::Error },
+    #[error(transparent)]
+    Write(#[from] crate::WriteError),
 }
 
 fn shard_of(run: &Run) -> Result<Shard, MergeError> {
@@ -156,12 +156,6 @@ pub fn run(args: &MergeArgs) -> Result<String, MergeError> {
     let runs = args.files.iter().map(|p| compare::load(p, None)).collect::<Result<Vec<_>, _>>()?;
     let merged = merge(runs)?;
     let output = crate::BenchOutput { levels: vec![merged] };
-    let write = |path: &PathBuf, text: String| {
-        std::fs::write(path, text).map_err(|error| MergeError::Write { path: path.display().to_string(), error })
-    };
-    write(&args.output, serde_json::to_string_pretty(&output.to_json()).unwrap_or_default())?;
-    if let Some(path) = &args.report {
-        write(path, crate::report::html(&output.levels))?;
-    }
+    output.write_files(Some(&args.output), args.report.as_deref())?;
     Ok(crate::report::summary(&output.levels))
 }

@@ -49,7 +49,8 @@ pub fn command(command: BenchCommand) -> anyhow::Result<()> {
         }
         (Some(BenchAction::Report(args)), _) => {
             let run = rillm_bench::compare::load(&args.file, None)?;
-            std::fs::write(&args.output, rillm_bench::report::html(&run.levels))?;
+            let output = rillm_bench::BenchOutput { levels: run.levels };
+            output.write_files(None, Some(&args.output))?;
             eprintln!("rillm: wrote {}", args.output.display());
             Ok(())
         }
