@@ -37,6 +37,7 @@ ROWS = [
     ("TPOT p50 ms", ("latency", "tpot_ms", "p50")),
     ("ITL p99 ms", ("latency", "itl_ms", "p99")),
     ("goodput req/s", ("goodput_rps",)),
+    ("SLO attainment %", ("slo_attainment_pct",)),
     ("rejected 429", ("rejected_429",)),
     ("prompt-cache hit %", ("tokens", "prefix_cache_hit_pct")),
 ]

@@ -141,7 +141,7 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     let per_level = pool_size(&args, amount);
     let loads = levels(&args)?;
     let pool = per_level.saturating_mul(loads.len()).min(MAX_POOL);
-    let built = workload::build(&args, protocol, &client, origin(&url), pool).await?;
+    let built = workload::build(&args, protocol, &client, origin(&url), pool, loads.len()).await?;
     if matches!(built.workload, Workload::Sessions(_)) && args.requests.is_some() {
         return Err(BenchError::Args(
             "--requests counts single requests; with sessions say how many with --sessions".into(),
@@ -165,7 +165,7 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
         workload.insert("per_level".into(), per_level);
     }
     let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let workload = Arc::new(built.workload);
+    let level_workloads = per_level_workloads(built.workload, args.sessions, loads.len());
 
     if args.warmup > 0 {
         // Warm-up uses --prompt, never the measured prompts: it must not fill a prefix cache.
@@ -206,7 +206,7 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
             targets: Arc::clone(&targets),
             protocol,
             api_key: args.api_key.clone(),
-            workload: Arc::clone(&workload),
+            workload: Arc::clone(&level_workloads[level]),
             body: body.clone(),
             load,
             amount,
@@ -235,7 +235,7 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
             client_cpu_s: outcome.client_cpu_s,
             run_context: level_context,
             notes,
-            sessions: matches!(*workload, Workload::Sessions(_)).then_some(result::SessionCounts {
+            sessions: matches!(*level_workloads[level], Workload::Sessions(_)).then_some(result::SessionCounts {
                 cut_short: outcome.sessions_cut,
                 turns_not_sent: outcome.turns_not_sent,
             }),
@@ -244,6 +244,21 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     let output = BenchOutput { levels: results };
     output.write_files(args.output.as_deref(), args.report.as_deref())?;
     Ok(output)
+}
+
+/// The workload of each load level. Sessions are split so that each level plays its own
+/// (`per_level` of them, or all when not said), as each level sends its own prompts: a level
+/// replaying the conversations of the one before finds every turn in the server's prefix
+/// cache and measures the cache, not the load. A pool too small for every level wraps.
+fn per_level_workloads(workload: Workload, per_level: Option<usize>, levels: usize) -> Vec<Arc<Workload>> {
+    match workload {
+        Workload::Sessions(all) if levels > 1 && !all.is_empty() => {
+            let n = per_level.unwrap_or(all.len()).clamp(1, all.len());
+            let level = |l: usize| (0..n).map(|k| all[(l * n + k) % all.len()].clone()).collect();
+            (0..levels).map(|l| Arc::new(Workload::Sessions(level(l)))).collect()
+        }
+        workload => vec![Arc::new(workload); levels.max(1)],
+    }
 }
 
 /// Counts the output of completed requests whose server reported no token count.

@@ -66,12 +66,15 @@ async fn counter(args: &BenchArgs, client: &reqwest::Client, base: &str) -> Resu
     }
 }
 
+/// The run's requests: `pool_size` prompts in all, or sessions enough for `levels` load
+/// levels to play their own.
 pub async fn build(
     args: &BenchArgs,
     protocol: Protocol,
     client: &reqwest::Client,
     base: &str,
     pool_size: usize,
+    levels: usize,
 ) -> Result<Built, BenchError> {
     let chat = protocol == Protocol::Chat;
     if let Some(path) = &args.trace {
@@ -82,7 +85,7 @@ pub async fn build(
         if args.multi_turn || dataset::is_sessions_file(path)? {
             let mut sessions = dataset::load_sessions(path, args.max_tokens)?;
             if let Some(n) = args.sessions {
-                sessions.truncate(n);
+                sessions.truncate(n.saturating_mul(levels));
             }
             let turns: usize = sessions.iter().map(|s| s.turns.len()).sum();
             let description = json!({"kind": "sessions", "source": path.display().to_string(), "sha256": crate::sha256_file(path),
@@ -95,7 +98,7 @@ pub async fn build(
     }
     if let Some(n) = args.sessions {
         let counter = counter(args, client, base).await?;
-        return synthetic_sessions(args, n, &counter).await;
+        return synthetic_sessions(args, n, levels, &counter).await;
     }
     if args.input_tokens.is_some() || args.shared_prefix_tokens.is_some() {
         let counter = counter(args, client, base).await?;
@@ -215,16 +218,23 @@ async fn synthetic_requests(
     Ok(Built { workload: Workload::Requests(specs), description, notes })
 }
 
-async fn synthetic_sessions(args: &BenchArgs, count: usize, counter: &TokenCounter) -> Result<Built, BenchError> {
+/// `count` sessions for each of `levels` load levels (each level plays its own).
+async fn synthetic_sessions(
+    args: &BenchArgs,
+    count: usize,
+    levels: usize,
+    counter: &TokenCounter,
+) -> Result<Built, BenchError> {
     let input = args.input_tokens.unwrap_or(LengthDist::fixed(64));
     let opening = args.opening_tokens.unwrap_or(input);
     let output = output_dist(args);
     let turns = args.turns.max(1);
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed ^ 0x5e55);
     let mut synth = PromptSynth::new(counter, args.seed).await?;
-    let mut sessions = Vec::with_capacity(count);
+    let total = count.saturating_mul(levels.max(1));
+    let mut sessions = Vec::with_capacity(total);
     let mut made = 0;
-    for s in 0..count {
+    for s in 0..total {
         let mut session_turns = Vec::with_capacity(turns as usize);
         for t in 0..turns {
             let n = if t == 0 { opening.sample(&mut rng) } else { input.sample(&mut rng) };

@@ -190,6 +190,13 @@ async fn each_level_of_a_sweep_sends_its_own_prompts() {
         seen.dedup();
         assert!(seen.len() <= 2, "{seen:?}");
     }
+    // Sessions too: each level plays its own conversations.
+    let chat = format!("{}/v1/chat/completions", mock.base);
+    let sessions = ["--sessions", "4", "--turns", "1", "--opening-tokens", "uniform:10-400", "--output-tokens", "2"];
+    let levels = bench(&[&["--url", chat.as_str(), "--rate", "50,100"][..], &sessions[..]].concat()).await;
+    let openings = |l: usize| levels[l].requests.iter().map(|q| q.prompt_tokens.expect("counted")).collect::<Vec<_>>();
+    assert_eq!(openings(0).len(), 4);
+    assert_ne!(openings(0), openings(1), "the second level replayed the first level's sessions");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
