@@ -4,16 +4,19 @@
 #
 #   LLAMA_SERVER=/path/to/llama-server scripts/compare-real-traffic.sh [OUT_DIR]
 #
-# Workloads (WORKLOADS="trace sessions recurring prefix" by default):
+# Workloads (WORKLOADS="trace sessions recurring prefix" by default; session-rate on request):
 #   trace      the shared Azure conversation trace (Patel et al., Splitwise, ISCA 2024; CC-BY 4.0),
 #              first 200 requests at their recorded times, 5x slower, prompts x0.1, outputs x0.2
 #   sessions   24 chat sessions x 4 turns: a ~300-token opening document, then short follow-ups,
 #              8 sessions open at a time, the server's live replies in the history
+#   session-rate  the same sessions arriving open-loop at SESSION_RATES sessions/s (12 per level,
+#              2 s think time between a reply and the next turn)
 #   recurring  40 distinct prompts (~100 tokens, sd 40: the Azure trace's lengths x0.1) sent twice
 #              in turn, Poisson 2 req/s
 #   prefix     4 shared system prompts of 200 tokens, each request picks one, unique 40-token
 #              question, Poisson 2 req/s
 # RATES="1,2,4" makes recurring and prefix sweep those Poisson rates instead of 2 req/s.
+# SERVERS="rillm llama" picks which servers run (the ratios need both in OUT_DIR).
 # Prompts have exact token lengths on both servers: the bench counts them with each
 # server's own /tokenize.
 set -euo pipefail
@@ -22,32 +25,45 @@ OUT=${1:-/tmp/rillm-real-traffic}
 TRACE=${TRACE:-../shared/data/azure-llm-2023-conv.csv}
 WORKLOADS=${WORKLOADS:-trace sessions recurring prefix}
 RATES=${RATES:-2}
+SESSION_RATES=${SESSION_RATES:-0.1,0.2,0.4}
+SERVERS=${SERVERS:-rillm llama}
 TRACE_TIME_SCALE=${TRACE_TIME_SCALE:-5}
 . scripts/compare-common.sh
 mkdir -p "$OUT"
 
 run_workloads() { # name
   local url="http://127.0.0.1:$PORT/v1/chat/completions"
-  local common=(--url "$url" --temperature 0 --seed 1)
+  # session-rate draws other conversations (seed 2) than sessions: none of its turns may be
+  # cached by the run before it.
+  local common=(--url "$url" --temperature 0)
   for w in $WORKLOADS; do
     case $w in
-      trace) "$BENCH" bench "${common[@]}" --trace "$TRACE" --requests 200 --input-scale 0.1 --output-scale 0.2 \
+      trace) "$BENCH" bench "${common[@]}" --seed 1 --trace "$TRACE" --requests 200 --input-scale 0.1 --output-scale 0.2 \
                --time-scale "$TRACE_TIME_SCALE" --output "$OUT/$1-trace.json" > "$OUT/$1-trace.txt" ;;
-      sessions) "$BENCH" bench "${common[@]}" --sessions 24 --turns 4 --opening-tokens 300,30 --input-tokens 30,10 \
+      sessions) "$BENCH" bench "${common[@]}" --seed 1 --sessions 24 --turns 4 --opening-tokens 300,30 --input-tokens 30,10 \
                --output-tokens 48 --concurrency 8 --output "$OUT/$1-sessions.json" > "$OUT/$1-sessions.txt" ;;
-      recurring) "$BENCH" bench "${common[@]}" --input-tokens 100,40 --distinct-prompts 40 --requests 80 \
+      session-rate) "$BENCH" bench "${common[@]}" --seed 2 --sessions 12 --turns 4 --opening-tokens 300,30 --input-tokens 30,10 \
+               --output-tokens 48 --think-ms 2000 --rate "$SESSION_RATES" --output "$OUT/$1-session-rate.json" \
+               > "$OUT/$1-session-rate.txt" ;;
+      recurring) "$BENCH" bench "${common[@]}" --seed 1 --input-tokens 100,40 --distinct-prompts 40 --requests 80 \
                --output-tokens 32 --rate "$RATES" --output "$OUT/$1-recurring.json" > "$OUT/$1-recurring.txt" ;;
-      prefix) "$BENCH" bench "${common[@]}" --shared-prefix-tokens 200 --prefix-groups 4 --input-tokens 40 \
+      prefix) "$BENCH" bench "${common[@]}" --seed 1 --shared-prefix-tokens 200 --prefix-groups 4 --input-tokens 40 \
                --output-tokens 32 --rate "$RATES" --requests 60 --output "$OUT/$1-prefix.json" > "$OUT/$1-prefix.txt" ;;
       *) echo "unknown workload $w" >&2; exit 2 ;;
     esac
   done
 }
 
-start_rillm "$OUT/rillm-server.log"; run_workloads rillm
-curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^(vllm:prefix|rillm_prefix)' > "$OUT/rillm-prefix-cache.txt" || true
-stop_server
-start_llama "$OUT/llama-server.log"; run_workloads llama; stop_server
+for server in $SERVERS; do
+  case $server in
+    rillm)
+      start_rillm "$OUT/rillm-server.log"; run_workloads rillm
+      curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^(vllm:prefix|rillm_prefix)' > "$OUT/rillm-prefix-cache.txt" || true
+      stop_server ;;
+    llama) start_llama "$OUT/llama-server.log"; run_workloads llama; stop_server ;;
+    *) echo "unknown server $server" >&2; exit 2 ;;
+  esac
+done
 
 # shellcheck disable=SC2086
 python3 scripts/ratios.py "$OUT" $WORKLOADS
