@@ -10,7 +10,7 @@
 # reuses another's KV. Goodput counts requests whose TTFT, from the scheduled arrival, is
 # within TTFT_SLO_MS; 429s count as offered and not good. llama-server queues without
 # limit; rillm without the flag queues up to 1024. SERVERS="rillm rillm-slo llama" picks
-# which to run (the ratios need all three result sets in OUT_DIR).
+# which to run (ratios are printed for the result sets OUT_DIR holds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-/tmp/rillm-overload}
@@ -56,12 +56,15 @@ for server in $SERVERS; do
 done
 
 python3 - "$OUT" "$FACTORS" <<'PY'
-import json, sys
+import json, os, sys
 out, factors = sys.argv[1], sys.argv[2].split()
-g = lambda name, f: json.load(open(f"{out}/{name}-x{f}.json"))["goodput_rps"]
+def g(name, f):
+    path = f"{out}/{name}-x{f}.json"
+    return json.load(open(path))["goodput_rps"] if os.path.exists(path) else None
 print("\ngoodput ratios (x capacity: rillm-slo / llama, rillm / llama, rillm-slo / rillm)")
 for f in factors:
     slo, plain, llama = g("rillm-slo", f), g("rillm", f), g("llama", f)
-    r = lambda a, b: f"{a / b:.2f}" if b else ("inf" if a else "-")
-    print(f"  x{f:<4} {slo:.3f} {plain:.3f} {llama:.3f}   {r(slo, llama):>5} {r(plain, llama):>5} {r(slo, plain):>5}")
+    r = lambda a, b: "-" if a is None or b is None else f"{a / b:.2f}" if b else ("inf" if a else "-")
+    v = lambda a: "    -" if a is None else f"{a:.3f}"
+    print(f"  x{f:<4} {v(slo)} {v(plain)} {v(llama)}   {r(slo, llama):>5} {r(plain, llama):>5} {r(slo, plain):>5}")
 PY

@@ -72,7 +72,8 @@ impl Engine {
                         config.max_running,
                         config.prefix_caching,
                         config.host_cache_bytes,
-                    );
+                    )
+                    .forecasting_cached_prefixes(config.max_queue_ms.is_some());
                     run_supervised(|| scheduler.run(), &queue, &stats);
                 })
                 .map_err(|e| EngineError::Thread(e.to_string()))?
@@ -127,9 +128,12 @@ impl Engine {
         if prompt.len() + max_tokens > context {
             return Err(Rejected::ContextOverflow { prompt_tokens: prompt.len(), max_tokens, context });
         }
+        let mut expected_prefill = prompt.len();
         if let Some(limit_ms) = inner.max_queue_ms {
-            let ahead = inner.queue.map_waiting(|p| p.prompt.len());
-            let predicted = inner.stats.forecast.read().first_token_ms(&ahead, prompt.len(), Instant::now());
+            let ahead = inner.queue.map_waiting(|p| p.expected_prefill);
+            let outlook = inner.stats.forecast.read();
+            expected_prefill -= outlook.cached_estimate(&prompt);
+            let predicted = outlook.first_token_ms(&ahead, expected_prefill, Instant::now());
             if predicted > limit_ms as f64 {
                 return Err(Rejected::WouldWaitTooLong { predicted_ms: predicted as u64, limit_ms });
             }
@@ -140,6 +144,7 @@ impl Engine {
         let pending = PendingRequest {
             id,
             prompt,
+            expected_prefill,
             max_tokens: max_tokens as u32,
             sampling: request.sampling,
             stop: request.stop,

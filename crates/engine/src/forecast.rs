@@ -12,8 +12,12 @@
 //! part plus a per-prompt-token part, a running request is expected to produce as many
 //! tokens as recent requests did (never more than its `max_tokens`).
 
-use std::sync::{Mutex, PoisonError};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
+
+use crate::host_cache::{block_hashes, BLOCK_TOKENS};
+use crate::runtime::TokenId;
 
 /// Smoothing of the measured costs: recent steps dominate, one odd step does not.
 const SMOOTHING: f64 = 0.1;
@@ -29,6 +33,10 @@ pub(crate) struct Outlook {
     pub costs: StepCosts,
     /// Completion tokens a request is expected to produce (smoothed over finished ones).
     pub expected_completion: f64,
+    /// Chained hashes of every whole block of tokens the slots and the host tier hold:
+    /// a prompt that recurs (a retry, the next turn, a shared system prompt) is mostly
+    /// reused, not prefilled, and predicting its full prefill would refuse it for nothing.
+    pub cached_blocks: Arc<HashSet<u64>>,
 }
 
 /// Measured step costs.
@@ -71,7 +79,19 @@ impl Outlook {
             prefill_left: 0,
             costs: StepCosts::default(),
             expected_completion: 128.0,
+            cached_blocks: Arc::default(),
         }
+    }
+
+    /// Prompt tokens of `prompt` the engine holds KV for, to whole blocks (so at most a
+    /// block short of what admission will reuse; never the last token, which is computed).
+    pub fn cached_estimate(&self, prompt: &[TokenId]) -> usize {
+        if self.cached_blocks.is_empty() {
+            return 0;
+        }
+        let hashes = block_hashes(prompt);
+        let blocks = hashes.iter().rposition(|h| self.cached_blocks.contains(h)).map_or(0, |i| i + 1);
+        (blocks * BLOCK_TOKENS).min(prompt.len().saturating_sub(1))
     }
 
     /// Milliseconds until the first token of a request with `prompt` tokens (after cache
@@ -121,6 +141,7 @@ mod tests {
             prefill_left: 0,
             costs: StepCosts { decode_step_ms: 20.0, prefill_token_ms: 1.0 },
             expected_completion: 100.0,
+            cached_blocks: Arc::default(),
         }
     }
 
@@ -146,6 +167,23 @@ mod tests {
         let o = outlook(vec![300.0]);
         let later = o.at + std::time::Duration::from_millis(100);
         assert!((o.first_token_ms(&[], 0, later) - (200.0 + 20.0)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn cached_blocks_count_to_the_deepest_held_block() {
+        let held: Vec<TokenId> = (0..40).collect();
+        let mut o = outlook(vec![0.0]);
+        assert_eq!(o.cached_estimate(&held), 0, "nothing held");
+        o.cached_blocks = Arc::new(block_hashes(&held).into_iter().collect());
+        // The same 40 tokens: two whole blocks (32); the next turn of it: the same.
+        assert_eq!(o.cached_estimate(&held), 32);
+        let next_turn: Vec<TokenId> = (0..100).collect();
+        assert_eq!(o.cached_estimate(&next_turn), 32);
+        // Exactly one block long: all but the token whose logits are needed.
+        assert_eq!(o.cached_estimate(&held[..16]), 15);
+        // Same tokens in another order share no chained block.
+        let other: Vec<TokenId> = (0..40).rev().collect();
+        assert_eq!(o.cached_estimate(&other), 0);
     }
 
     #[test]

@@ -94,6 +94,11 @@ impl<S> HostCache<S> {
             .max_by_key(|&(id, n)| (n, self.entries[&id].last_used))
     }
 
+    /// The chained block hashes of everything held (see [`block_hashes`]).
+    pub fn held_block_hashes(&self) -> impl Iterator<Item = u64> + '_ {
+        self.index.keys().copied()
+    }
+
     /// An entry already holds `tokens` or more: saving them again would add nothing.
     pub fn covers(&self, tokens: &[TokenId]) -> bool {
         let Some(&last) = block_hashes(tokens).last() else { return false };

@@ -5,12 +5,12 @@
 //! budget. Long prompts are therefore prefilled in chunks while running streams keep
 //! receiving a token per step, and a new request can start in the very next step.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::forecast::StepCosts;
-use crate::host_cache::HostCache;
+use crate::host_cache::{block_hashes, HostCache};
 use crate::prefix_cache::{reusable, PrefixCache};
 use crate::queue::WaitQueue;
 use crate::runtime::{BatchToken, Executor, TokenId, Tokenizer};
@@ -64,6 +64,11 @@ pub(crate) struct Scheduler<E: Executor> {
     costs: StepCosts,
     /// Completion tokens of recent finished requests, smoothed.
     expected_completion: f64,
+    /// Publish the blocks of tokens held in KV with the forecast (only `--max-queue-ms`
+    /// reads them, and gathering them costs a pass over every slot and host entry).
+    forecast_prefixes: bool,
+    /// What the slots or the host tier hold changed since the blocks were last published.
+    held_changed: bool,
 }
 
 impl<E: Executor> Scheduler<E> {
@@ -97,7 +102,16 @@ impl<E: Executor> Scheduler<E> {
             prefill_take: vec![0; max_running],
             costs: StepCosts::default(),
             expected_completion: 128.0,
+            forecast_prefixes: false,
+            held_changed: false,
         }
+    }
+
+    /// Lets the wait forecast see which prompt prefixes are cached (see `Outlook::cached_blocks`).
+    pub fn forecasting_cached_prefixes(mut self, on: bool) -> Self {
+        self.forecast_prefixes = on && self.prefix_caching;
+        self.held_changed = self.forecast_prefixes;
+        self
     }
 
     /// Runs until the queue is closed, then cancels whatever is left.
@@ -163,6 +177,7 @@ impl<E: Executor> Scheduler<E> {
             self.executor.start_sequence(slot, &request.sampling, request.ignore_eos);
             self.slots[slot] = Some(Sequence::new(request, reused as u32));
             self.admission_order.push_back(slot);
+            self.held_changed = true;
         }
     }
 
@@ -215,7 +230,7 @@ impl<E: Executor> Scheduler<E> {
         }
         match self.executor.save_sequence(slot) {
             Ok((state, bytes)) => {
-                cache.insert(held.to_vec(), state, bytes);
+                self.held_changed |= cache.insert(held.to_vec(), state, bytes);
                 self.stats.set_host_cache(self.host_cache_budget, cache.counts());
             }
             Err(error) => tracing::warn!(%error, slot, "could not save a slot's KV to the host cache"),
@@ -262,6 +277,7 @@ impl<E: Executor> Scheduler<E> {
         self.preserve(free, 0);
         let Some(seq) = self.slots[highest].take() else { return };
         self.executor.move_sequence(highest, free);
+        self.held_changed = true;
         self.copy_pending[highest] = true;
         self.copy_pending[free] = true;
         self.stats.record_move();
@@ -284,6 +300,17 @@ impl<E: Executor> Scheduler<E> {
             Some(seq) => seq.kv_tokens().collect(),
             None => self.prefix_cache.held(slot).to_vec(),
         }
+    }
+
+    /// Chained block hashes of every prompt prefix held in KV: the host tier's entries,
+    /// idle slots' contents and running sequences' prompts.
+    fn held_blocks(&self) -> HashSet<u64> {
+        let mut blocks: HashSet<u64> = self.host_cache.iter().flat_map(HostCache::held_block_hashes).collect();
+        for (slot, seq) in self.slots.iter().enumerate() {
+            let tokens = seq.as_ref().map_or(self.prefix_cache.held(slot), |seq| &seq.request.prompt[..]);
+            blocks.extend(block_hashes(tokens));
+        }
+        blocks
     }
 
     /// The other slot, running or idle, whose KV shares the longest reusable prefix with
@@ -393,6 +420,7 @@ impl<E: Executor> Scheduler<E> {
             self.prefix_cache.store(slot, seq.kv_tokens().collect());
         }
         self.admission_order.retain(|&s| s != slot);
+        self.held_changed = true;
         self.queue.finish_one();
         let id = seq.request.id;
         let completion = seq.finish(reason, error);
@@ -418,7 +446,7 @@ impl<E: Executor> Scheduler<E> {
         }
     }
 
-    fn publish(&self, busy: bool) {
+    fn publish(&mut self, busy: bool) {
         let (mut used, mut cached) = (0u64, 0u64);
         for (slot, seq) in self.slots.iter().enumerate() {
             let cells = u64::from(self.executor.sequence_cells(slot));
@@ -437,9 +465,14 @@ impl<E: Executor> Scheduler<E> {
 
     /// When each slot should come free: its prompt left to prefill, then as many tokens as
     /// recent requests produced (never past its `max_tokens`).
-    fn publish_forecast(&self) {
+    fn publish_forecast(&mut self) {
         let (costs, expected_completion) = (self.costs, self.expected_completion);
+        let held_blocks = (self.forecast_prefixes && std::mem::take(&mut self.held_changed))
+            .then(|| std::sync::Arc::new(self.held_blocks()));
         self.stats.forecast.publish(|outlook| {
+            if let Some(blocks) = held_blocks {
+                outlook.cached_blocks = blocks;
+            }
             outlook.at = std::time::Instant::now();
             outlook.prefill_left = 0;
             outlook.slot_free_ms.clear();

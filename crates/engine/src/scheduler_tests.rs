@@ -121,6 +121,18 @@ impl Harness {
         Self { scheduler, queue, next_id: 0 }
     }
 
+    /// Publishes the held prefixes with each forecast, as `--max-queue-ms` asks.
+    fn forecasting(mut self) -> Self {
+        self.scheduler = self.scheduler.forecasting_cached_prefixes(true);
+        self
+    }
+
+    /// Prompt tokens of `prompt` the last published forecast expects to be cached.
+    fn forecast_cached(&mut self, prompt: &str) -> usize {
+        self.scheduler.publish(false);
+        self.scheduler.stats.forecast.read().cached_estimate(&ByteTokenizer.tokenize(prompt, false, false))
+    }
+
     /// Queues a request (admitted at the next step); returns its events (drop to cancel).
     fn submit(&mut self, prompt: &str) -> Events {
         self.submit_n(prompt, 100)
@@ -129,9 +141,11 @@ impl Harness {
     fn submit_n(&mut self, prompt: &str, max_tokens: u32) -> Events {
         self.next_id += 1;
         let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let prompt = ByteTokenizer.tokenize(prompt, false, false);
         let request = PendingRequest {
             id: self.next_id,
-            prompt: ByteTokenizer.tokenize(prompt, false, false),
+            expected_prefill: prompt.len(),
+            prompt,
             max_tokens,
             sampling: SamplingParams::greedy(),
             stop: Vec::new(),
@@ -277,4 +291,28 @@ fn no_host_tier_without_prefix_caching_or_budget() {
         }
         assert!(h.scheduler.executor.saves.is_empty() && h.scheduler.executor.restores.is_empty());
     }
+}
+
+#[test]
+fn the_wait_forecast_knows_which_prompts_a_slot_or_host_memory_holds() {
+    let mut h = Harness::with_cache(1, 64, true, 1 << 20).forecasting();
+    assert_eq!(h.forecast_cached(PROMPT_A), 0, "nothing held yet");
+    let _a = h.submit_n(PROMPT_A, 4);
+    h.run_to_idle();
+    // 48 tokens are three whole blocks; all but the last token would be reused.
+    assert_eq!(h.forecast_cached(PROMPT_A), PROMPT_A.len() - 1);
+    assert_eq!(h.forecast_cached(PROMPT_B), 0);
+    let _b = h.submit_n(PROMPT_B, 4);
+    h.run_to_idle();
+    // A left its slot for host memory; B holds the slot.
+    assert_eq!(h.forecast_cached(PROMPT_A), PROMPT_A.len() - 1);
+    assert_eq!(h.forecast_cached(PROMPT_B), PROMPT_B.len() - 1);
+    // A shared first block only.
+    assert_eq!(h.forecast_cached(&format!("{}{}", &PROMPT_A[..20], PROMPT_B)), 16);
+
+    // Without the forecast asking, nothing is gathered.
+    let mut plain = Harness::with_cache(1, 64, true, 1 << 20);
+    let _a = plain.submit_n(PROMPT_A, 4);
+    plain.run_to_idle();
+    assert_eq!(plain.forecast_cached(PROMPT_A), 0);
 }

@@ -14,6 +14,9 @@ use rillm_backend::{Completion, FinishReason, SamplingParams, ServerTimings, Str
 pub(crate) struct PendingRequest {
     pub id: u64,
     pub prompt: Vec<TokenId>,
+    /// Prompt tokens it is expected to compute, the rest predicted cached (for the wait
+    /// forecast of requests queued behind it).
+    pub expected_prefill: usize,
     pub max_tokens: u32,
     pub sampling: SamplingParams,
     pub stop: Vec<String>,

@@ -53,6 +53,7 @@ mod tests {
         let request = PendingRequest {
             id,
             prompt: vec![1, 2, 3],
+            expected_prefill: 3,
             max_tokens: 4,
             sampling: SamplingParams::greedy(),
             stop: Vec::new(),
