@@ -81,7 +81,10 @@ impl<'a> PromptSynth<'a> {
     }
 
     fn seeded_words(&self, seed: u64, n: u32, out: &mut Vec<&'static str>) {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ self.salt.rotate_left(17));
+        // The salt is scrambled before it meets the seed: XORed in as it was, `--seed 2`'s
+        // session s wrote the words of `--seed 1`'s session s^6, so one run's conversations
+        // were found in the server's cache by the next.
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ splitmix64(self.salt));
         out.extend((0..n).map(|_| self.words[rng.gen_range(0..self.words.len())]));
     }
 
@@ -181,9 +184,37 @@ const WORDS: &[&str] = &[
     "milk", "wood", "gold", "iron",
 ];
 
+/// SplitMix64's finalizer: a bijection that spreads every bit of `x` over the result.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn another_seed_writes_other_words_for_every_prompt() {
+        let counter = TokenCounter::Estimate;
+        let words = |salt: u64| {
+            let synth = futures::executor::block_on(PromptSynth::new(&counter, salt)).unwrap();
+            // Own seeds as sessions and single prompts use them.
+            let seeds = (0..64u64).flat_map(|s| (0..4).map(move |t| (s << 16) | t)).chain(0..256);
+            seeds
+                .map(|seed| {
+                    let mut out = Vec::new();
+                    synth.seeded_words(seed, 8, &mut out);
+                    out.join(" ")
+                })
+                .collect::<std::collections::HashSet<_>>()
+        };
+        let (one, two) = (words(1), words(2));
+        assert!(one.len() > 500, "distinct prompts within a run");
+        assert_eq!(one.intersection(&two).count(), 0, "a prompt of seed 1 reappears with seed 2");
+    }
 
     #[test]
     fn blocks_are_functions_of_their_id() {

@@ -160,7 +160,8 @@ async fn trace_workload(
             blocks.push((id, n));
             left -= n;
         }
-        let plan = PromptPlan { blocks, own_seed: i as u64, length: PromptLength::Total(r.input_tokens), system: None };
+        let own_seed = TRACE_SEEDS | i as u64;
+        let plan = PromptPlan { blocks, own_seed, length: PromptLength::Total(r.input_tokens), system: None };
         let (prompt, counted) = synth.prompt(&plan, chat).await?;
         requests.push(TimedRequest {
             at_s: r.at_s,
@@ -218,6 +219,12 @@ async fn synthetic_requests(
     Ok(Built { workload: Workload::Requests(specs), description, notes })
 }
 
+/// Sessions' and traces' own seeds live apart from synthetic prompts' (0, 1, 2, …): with
+/// one seed, a script's trace, sessions and recurring prompts would otherwise open with the
+/// same words and find each other in the server's prefix cache.
+const SESSION_SEEDS: u64 = 0x5E55 << 48;
+const TRACE_SEEDS: u64 = 0x7ACE << 48;
+
 /// `count` sessions for each of `levels` load levels (each level plays its own).
 async fn synthetic_sessions(
     args: &BenchArgs,
@@ -240,7 +247,7 @@ async fn synthetic_sessions(
             let n = if t == 0 { opening.sample(&mut rng) } else { input.sample(&mut rng) };
             let plan = PromptPlan {
                 blocks: Vec::new(),
-                own_seed: ((s as u64) << 16) | u64::from(t),
+                own_seed: SESSION_SEEDS | ((s as u64) << 16) | u64::from(t),
                 length: PromptLength::Content(n),
                 system: None,
             };
