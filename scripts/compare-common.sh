@@ -6,6 +6,8 @@ CTX=${CTX:-2048}
 MODEL=${MODEL:-$(./target/release/rillm model path)}
 PORT=${PORT:-18767}
 BENCH=./target/release/rillm
+# The server under test; another build (an A/B of two revisions) is loaded by the same bench.
+RILLM_BIN=${RILLM_BIN:-./target/release/rillm}
 
 wait_ready() { # path
   for _ in $(seq 1 600); do
@@ -16,8 +18,8 @@ wait_ready() { # path
 }
 
 start_rillm() { # log   (RILLM_ARGS: extra `rillm serve` flags)
-  echo "== rillm serve (threads $THREADS, $SLOTS sequences) ${RILLM_ARGS:-}"
-  ./target/release/rillm serve --model "$MODEL" --port "$PORT" --threads "$THREADS" --max-running "$SLOTS" \
+  echo "== rillm serve: $RILLM_BIN (threads $THREADS, $SLOTS sequences) ${RILLM_ARGS:-}"
+  "$RILLM_BIN" serve --model "$MODEL" --port "$PORT" --threads "$THREADS" --max-running "$SLOTS" \
     --ctx-size "$CTX" --max-waiting 1024 ${RILLM_ARGS:-} >"$1" 2>&1 &
   SERVER_PID=$!
   wait_ready ready
@@ -25,9 +27,14 @@ start_rillm() { # log   (RILLM_ARGS: extra `rillm serve` flags)
 
 start_llama() { # log
   : "${LLAMA_SERVER:?set LLAMA_SERVER to a llama-server binary}"
-  echo "== llama-server (threads $THREADS, $SLOTS slots)"
+  # On a CPU with AMX, llama.cpp's AMX matmul crashes (ggml-org/llama.cpp#20824) and rillm
+  # is built without it (.cargo/llama-no-amx.cmake); --no-repack keeps llama-server off it
+  # too, so both run the same AVX-512 kernels (Q4_1 has no other repacked layout).
+  local extra=()
+  grep -qw amx_tile /proc/cpuinfo 2>/dev/null && extra+=(--no-repack)
+  echo "== llama-server (threads $THREADS, $SLOTS slots) ${extra[*]}"
   "$LLAMA_SERVER" -m "$MODEL" --port "$PORT" -t "$THREADS" -tb "$THREADS" -np "$SLOTS" -c $((CTX * SLOTS)) \
-    --no-webui >"$1" 2>&1 &
+    --no-webui "${extra[@]}" >"$1" 2>&1 &
   SERVER_PID=$!
   wait_ready health
 }
