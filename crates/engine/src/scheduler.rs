@@ -37,6 +37,13 @@ const MIN_SAVE_TOKENS: usize = 32;
 /// How long an idle engine sleeps before refreshing its heartbeat.
 const IDLE_WAKE: Duration = Duration::from_millis(500);
 
+/// A slot's end of a pending KV copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CopyEnd {
+    Source,
+    Target,
+}
+
 pub(crate) struct Scheduler<E: Executor> {
     executor: E,
     tokenizer: Arc<dyn Tokenizer>,
@@ -47,10 +54,10 @@ pub(crate) struct Scheduler<E: Executor> {
     /// KV states saved from slots before they were overwritten (`None`: tier off).
     host_cache: Option<HostCache<E::Snapshot>>,
     host_cache_budget: usize,
-    /// Slots that are the source or target of a KV copy not yet carried out: llama.cpp
-    /// copies stream buffers at the next decode, so their buffers must not be saved or
-    /// overwritten until then.
-    copy_pending: Vec<bool>,
+    /// Each slot's part in a KV copy not yet carried out: llama.cpp copies stream buffers
+    /// at the next decode, so a target's buffer holds nothing worth saving until then, and
+    /// neither end may be restored into.
+    copy_pending: Vec<Option<CopyEnd>>,
     /// Slots in admission order; prefill budget goes to the oldest first.
     admission_order: VecDeque<usize>,
     step_budget: usize,
@@ -93,7 +100,7 @@ impl<E: Executor> Scheduler<E> {
             prefix_cache: PrefixCache::new(max_running),
             host_cache: (host_cache_budget > 0).then(|| HostCache::new(host_cache_budget)),
             host_cache_budget,
-            copy_pending: vec![false; max_running],
+            copy_pending: vec![None; max_running],
             admission_order: VecDeque::with_capacity(max_running),
             step_budget,
             prefix_caching,
@@ -194,7 +201,7 @@ impl<E: Executor> Scheduler<E> {
         let in_slots = donor.map_or(own, |(_, shared)| shared);
         let restorable = self.host_cache.as_ref().and_then(|c| c.lookup(prompt));
         let restore =
-            restorable.filter(|&(_, shared)| shared >= in_slots + MIN_RESTORE_GAIN && !self.copy_pending[slot]);
+            restorable.filter(|&(_, shared)| shared >= in_slots + MIN_RESTORE_GAIN && self.copy_pending[slot].is_none());
         let keep = if donor.is_some() || restore.is_some() { 0 } else { own };
         if let (Some((id, _)), Some(cache)) = (restore, self.host_cache.as_mut()) {
             // Saving what the slot holds must not evict the entry about to be restored.
@@ -210,8 +217,7 @@ impl<E: Executor> Scheduler<E> {
         match donor {
             Some((donor, shared)) => {
                 self.executor.copy_sequence(donor, slot);
-                self.copy_pending[donor] = true;
-                self.copy_pending[slot] = true;
+                self.mark_copy(donor, slot);
                 let donor_tokens = self.slot_tokens(donor);
                 self.prefix_cache.store(slot, donor_tokens);
                 shared
@@ -225,7 +231,10 @@ impl<E: Executor> Scheduler<E> {
     fn preserve(&mut self, slot: usize, keep: usize) {
         let Some(cache) = self.host_cache.as_mut() else { return };
         let held = self.prefix_cache.held(slot);
-        if held.len() < keep + MIN_SAVE_TOKENS || self.copy_pending[slot] || cache.covers(held) {
+        // A copy's source still holds its own cells (the copy reads them at the next decode),
+        // so an idle donor about to be overwritten is saved like any other slot.
+        let copy_target = self.copy_pending[slot] == Some(CopyEnd::Target);
+        if held.len() < keep + MIN_SAVE_TOKENS || copy_target || cache.covers(held) {
             return;
         }
         match self.executor.save_sequence(slot) {
@@ -278,8 +287,7 @@ impl<E: Executor> Scheduler<E> {
         let Some(seq) = self.slots[highest].take() else { return };
         self.executor.move_sequence(highest, free);
         self.held_changed = true;
-        self.copy_pending[highest] = true;
-        self.copy_pending[free] = true;
+        self.mark_copy(highest, free);
         self.stats.record_move();
         // The source keeps its cells: it is now an idle slot caching this prefix.
         if self.prefix_caching {
@@ -292,6 +300,15 @@ impl<E: Executor> Scheduler<E> {
         for slot in self.admission_order.iter_mut().filter(|s| **s == highest) {
             *slot = free;
         }
+    }
+
+    /// Records a copy from `source` to `target` that the next decode carries out; a slot
+    /// that is already a target stays one (its buffer is not valid before the decode either).
+    fn mark_copy(&mut self, source: usize, target: usize) {
+        if self.copy_pending[source].is_none() {
+            self.copy_pending[source] = Some(CopyEnd::Source);
+        }
+        self.copy_pending[target] = Some(CopyEnd::Target);
     }
 
     /// Tokens whose KV cells `slot` holds, running or idle.
@@ -340,7 +357,7 @@ impl<E: Executor> Scheduler<E> {
         let took_ms = started.elapsed().as_secs_f64() * 1000.0;
         self.costs.observe(took_ms, self.batch.len() - prefilled, prefilled);
         // Pending KV copies were carried out at the start of this decode.
-        self.copy_pending.iter_mut().for_each(|p| *p = false);
+        self.copy_pending.iter_mut().for_each(|p| *p = None);
         tracing::trace!(
             tokens = self.batch.len(),
             sequences = self.outputs.len(),

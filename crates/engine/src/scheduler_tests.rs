@@ -267,6 +267,31 @@ fn an_overwritten_slot_is_saved_to_host_memory_and_a_returning_prompt_restored()
 }
 
 #[test]
+fn an_idle_slot_that_lends_its_prefix_and_is_then_overwritten_is_saved_first() {
+    // Slot 0 keeps running; slot 1 ends up holding B and slot 2 holding A, both idle.
+    let mut h = Harness::with_cache(3, 256, true, 1 << 20);
+    let _running = h.submit_n("r", 200);
+    let _b = h.submit_n(PROMPT_B, 4);
+    let _a = h.submit_n(PROMPT_A, 4);
+    for _ in 0..6 {
+        h.step();
+    }
+    assert!(h.scheduler.slots[1].is_none() && h.scheduler.slots[2].is_none());
+    // A new conversation shares A's first 20 tokens: it goes into slot 1 and copies them
+    // from slot 2; an unrelated prompt admitted in the same step takes slot 2, the donor.
+    let _shares = h.submit_n(&format!("{}{}", &PROMPT_A[..20], "zzzzzzzzzzzzzzzzzzzzzzzzzzzz"), 4);
+    let _other = h.submit_n("yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy", 4);
+    h.step();
+    assert_eq!(h.scheduler.executor.saves, [1, 2], "B, then A before the donor was overwritten");
+    h.run_to_idle();
+    // A comes back: restored from host memory, not prefilled again.
+    let restores = h.scheduler.executor.restores.len();
+    let _again = h.submit_n(PROMPT_A, 4);
+    assert_eq!(h.step(), [(0, 1)], "all of A but its last token restored");
+    assert_eq!(h.scheduler.executor.restores.len(), restores + 1);
+}
+
+#[test]
 fn a_failed_restore_falls_back_to_prefill_and_is_counted() {
     let mut h = Harness::with_cache(1, 64, true, 1 << 20);
     h.scheduler.executor.fail_restores = true;
