@@ -175,9 +175,7 @@ impl<E: Executor> Scheduler<E> {
                 self.stats.record_finished(request.prompt.len() as u32, 0, true);
                 continue;
             }
-            // The lowest free slot: llama.cpp computes attention over the contiguous range of
-            // KV streams a batch touches, so packing sequences low keeps batches cheap.
-            let Some(slot) = self.slots.iter().position(Option::is_none) else { break };
+            let Some(slot) = self.free_slot() else { break };
             let reused = self.load_prefix(slot, &request.prompt);
             self.stats.record_prefix_query(request.prompt.len(), reused);
             self.executor.truncate_sequence(slot, reused as u32);
@@ -186,6 +184,17 @@ impl<E: Executor> Scheduler<E> {
             self.admission_order.push_back(slot);
             self.held_changed = true;
         }
+    }
+
+    /// The slot a new request takes: the lowest free one, as llama.cpp computes attention
+    /// over the contiguous range of KV streams a batch touches and packing sequences low
+    /// keeps batches cheap; but not one with a KV copy pending when another is free. Such a
+    /// slot cannot be restored into before the next decode, so a conversation whose KV is
+    /// in host memory would be prefilled again, and an idle donor keeps its prefix in place.
+    fn free_slot(&self) -> Option<usize> {
+        let free = |s: &usize| self.slots[*s].is_none();
+        let mut slots = 0..self.slots.len();
+        slots.clone().filter(free).find(|&s| self.copy_pending[s].is_none()).or_else(|| slots.find(free))
     }
 
     /// Puts the longest cached prefix of `prompt` into `slot` and returns its length: what

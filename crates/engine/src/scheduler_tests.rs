@@ -292,6 +292,30 @@ fn an_idle_slot_that_lends_its_prefix_and_is_then_overwritten_is_saved_first() {
 }
 
 #[test]
+fn a_prompt_in_host_memory_is_restored_even_when_the_lowest_free_slot_is_lending_its_prefix() {
+    let mut h = Harness::with_cache(4, 256, true, 1 << 20);
+    let c = "Sphinx of black quartz, judge my vow, said the judge";
+    let _c = h.submit_n(c, 4);
+    h.run_to_idle();
+    // Slot 0: a long-running request (C goes to host memory); slots 1 and 2: B and A, idle.
+    let _running = h.submit_n("r", 200);
+    let _b = h.submit_n(PROMPT_B, 4);
+    let _a = h.submit_n(PROMPT_A, 4);
+    for _ in 0..6 {
+        h.step();
+    }
+    assert_eq!(h.scheduler.executor.saves, [0]);
+    // A prompt sharing A's start copies it from slot 2 into slot 1; C's next turn, admitted
+    // in the same step, is restored into slot 3 rather than prefilled into slot 2.
+    let _shares = h.submit_n(&format!("{}{}", &PROMPT_A[..20], "zzzzzzzzzzzzzzzzzzzzzzzzzzzz"), 4);
+    let _next_turn = h.submit_n(&format!("{c}, and more"), 4);
+    let runs = h.step();
+    assert_eq!(h.scheduler.executor.restores, [(3, 0)]);
+    assert_eq!(runs.last(), Some(&(3, ", and more".len())), "only the new tokens are prefilled");
+    assert!(h.scheduler.slots[2].is_none(), "the donor keeps its prefix");
+}
+
+#[test]
 fn a_failed_restore_falls_back_to_prefill_and_is_counted() {
     let mut h = Harness::with_cache(1, 64, true, 1 << 20);
     h.scheduler.executor.fail_restores = true;
