@@ -257,7 +257,11 @@ fn per_level_workloads(workload: Workload, per_level: Option<usize>, levels: usi
             let level = |l: usize| (0..n).map(|k| all[(l * n + k) % all.len()].clone()).collect();
             (0..levels).map(|l| Arc::new(Workload::Sessions(level(l)))).collect()
         }
-        workload => vec![Arc::new(workload); levels.max(1)],
+        workload => {
+            // Every level shares the one workload.
+            let shared = Arc::new(workload);
+            (0..levels.max(1)).map(|_| Arc::clone(&shared)).collect()
+        }
     }
 }
 

@@ -209,8 +209,8 @@ impl<E: Executor> Scheduler<E> {
         let donor = self.best_donor(prompt, slot).filter(|&(_, shared)| shared >= own + MIN_COPY_GAIN);
         let in_slots = donor.map_or(own, |(_, shared)| shared);
         let restorable = self.host_cache.as_ref().and_then(|c| c.lookup(prompt));
-        let restore =
-            restorable.filter(|&(_, shared)| shared >= in_slots + MIN_RESTORE_GAIN && self.copy_pending[slot].is_none());
+        let restore = restorable
+            .filter(|&(_, shared)| shared >= in_slots + MIN_RESTORE_GAIN && self.copy_pending[slot].is_none());
         let keep = if donor.is_some() || restore.is_some() { 0 } else { own };
         if let (Some((id, _)), Some(cache)) = (restore, self.host_cache.as_mut()) {
             // Saving what the slot holds must not evict the entry about to be restored.
