@@ -5,6 +5,7 @@
 reads OUT_DIR/rillm-KIND.json and OUT_DIR/llama-KIND.json for each KIND.
 """
 import json
+import os
 import sys
 
 
@@ -50,14 +51,19 @@ def fmt(v):
 def row(name, label, a, b):
     numeric = isinstance(a, (int, float)) and isinstance(b, (int, float))
     ratio = f"{a / b:.2f}" if numeric and b else "-"
-    print(f"{name:<22}{label:<22}{fmt(a):>10}{fmt(b):>10}{ratio:>8}")
+    print(f"{name:<24} {label:<22}{fmt(a):>10}{fmt(b):>10}{ratio:>8}")
 
 
 def main():
     out, kinds = sys.argv[1], sys.argv[2:]
-    print(f"{'workload / level':<22}{'metric':<22}{'rillm':>10}{'llama':>10}{'ratio':>8}")
+    print(f"{'workload / level':<24} {'metric':<22}{'rillm':>10}{'llama':>10}{'ratio':>8}")
     for kind in kinds:
-        pairs = zip(levels(f"{out}/rillm-{kind}.json"), levels(f"{out}/llama-{kind}.json"))
+        files = [f"{out}/{server}-{kind}.json" for server in ("rillm", "llama")]
+        missing = [f for f in files if not os.path.exists(f)]
+        if missing:
+            print(f"{kind}: no ratios, missing {' and '.join(missing)}")
+            continue
+        pairs = zip(levels(files[0]), levels(files[1]))
         for r, l in pairs:
             name = f"{kind} {level_name(r)}"
             for label, path in ROWS:
