@@ -16,7 +16,7 @@
 #   prefix     4 shared system prompts of 200 tokens, each request picks one, unique 40-token
 #              question, Poisson 2 req/s
 # RATES="1,2,4" makes recurring and prefix sweep those Poisson rates instead of 2 req/s.
-# SERVERS="rillm llama" picks which servers run (the ratios need both in OUT_DIR).
+# SERVERS="rillm llama" picks which servers run (ratios for the workloads OUT_DIR has both of).
 # Prompts have exact token lengths on both servers: the bench counts them with each
 # server's own /tokenize.
 set -euo pipefail

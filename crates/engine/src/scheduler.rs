@@ -192,9 +192,8 @@ impl<E: Executor> Scheduler<E> {
     /// slot cannot be restored into before the next decode, so a conversation whose KV is
     /// in host memory would be prefilled again, and an idle donor keeps its prefix in place.
     fn free_slot(&self) -> Option<usize> {
-        let free = |s: &usize| self.slots[*s].is_none();
-        let mut slots = 0..self.slots.len();
-        slots.clone().filter(free).find(|&s| self.copy_pending[s].is_none()).or_else(|| slots.find(free))
+        // min_by_key keeps the first of equals: the lowest free slot without a pending copy.
+        (0..self.slots.len()).filter(|&s| self.slots[s].is_none()).min_by_key(|&s| self.copy_pending[s].is_some())
     }
 
     /// Puts the longest cached prefix of `prompt` into `slot` and returns its length: what
