@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use crate::host_cache::{block_hashes, BLOCK_TOKENS};
+use crate::prefill_plan::SHORT_PROMPT_TOKENS;
 use crate::runtime::TokenId;
 
 /// Smoothing of the measured costs: recent steps dominate, one odd step does not.
@@ -37,6 +38,9 @@ pub(crate) struct Outlook {
     /// a prompt that recurs (a retry, the next turn, a shared system prompt) is mostly
     /// reused, not prefilled, and predicting its full prefill would refuse it for nothing.
     pub cached_blocks: Arc<HashSet<u64>>,
+    /// Tokens one step computes at most: a short prompt waits for the step in progress,
+    /// not for every long prompt ahead (see `prefill_plan`).
+    pub step_tokens: usize,
 }
 
 /// Measured step costs.
@@ -80,6 +84,7 @@ impl Outlook {
             costs: StepCosts::default(),
             expected_completion: 128.0,
             cached_blocks: Arc::default(),
+            step_tokens: usize::MAX,
         }
     }
 
@@ -105,8 +110,12 @@ impl Outlook {
         let service_ms = self.expected_completion * self.costs.decode_step_ms;
         let slot_ms = self.slot_free_ms.get(k % slots).copied().unwrap_or(0.0) + (k / slots) as f64 * service_ms;
         let start_ms = (slot_ms - elapsed).max(0.0);
-        // Prompts ahead are prefilled while it waits, chunk by chunk beside the decodes.
-        let ahead_tokens = self.prefill_left + ahead.iter().sum::<usize>();
+        // Prompts ahead are prefilled while it waits, chunk by chunk beside the decodes; a
+        // short one goes before them once the step in progress is done.
+        let mut ahead_tokens = self.prefill_left + ahead.iter().sum::<usize>();
+        if prompt <= SHORT_PROMPT_TOKENS {
+            ahead_tokens = ahead_tokens.min(self.step_tokens);
+        }
         let ahead_ms = ahead_tokens as f64 * self.costs.prefill_token_ms - elapsed;
         start_ms.max(ahead_ms) + prompt as f64 * self.costs.prefill_token_ms + self.costs.decode_step_ms
     }
@@ -142,6 +151,7 @@ mod tests {
             costs: StepCosts { decode_step_ms: 20.0, prefill_token_ms: 1.0 },
             expected_completion: 100.0,
             cached_blocks: Arc::default(),
+            step_tokens: 256,
         }
     }
 
@@ -159,7 +169,15 @@ mod tests {
         // Third in line with two slots: a whole expected request (100 x 20 ms) after slot 0.
         assert_eq!(o.first_token_ms(&[10, 10], 0, o.at), 300.0 + 2000.0 + 20.0);
         // Long prompts ahead outweigh an early slot.
-        assert_eq!(o.first_token_ms(&[5000], 0, o.at), 5000.0 + 20.0);
+        assert_eq!(o.first_token_ms(&[5000], 100, o.at), 5000.0 + 100.0 + 20.0);
+    }
+
+    #[test]
+    fn a_short_prompt_waits_for_the_step_in_progress_not_for_the_long_prompts_ahead() {
+        let mut o = outlook(vec![0.0, 0.0]);
+        o.prefill_left = 3000;
+        assert_eq!(o.first_token_ms(&[], SHORT_PROMPT_TOKENS, o.at), 256.0 + 96.0 + 20.0);
+        assert_eq!(o.first_token_ms(&[], 97, o.at), 3000.0 + 97.0 + 20.0);
     }
 
     #[test]

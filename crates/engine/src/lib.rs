@@ -8,6 +8,7 @@
 //!
 //! Nothing here knows about HTTP: the server and the CLI are both plain callers.
 
+mod attention_cost;
 mod chat;
 mod config;
 mod engine;
@@ -15,6 +16,7 @@ mod error;
 mod forecast;
 mod host_cache;
 mod llama;
+mod prefill_plan;
 mod prefix_cache;
 mod queue;
 mod runtime;

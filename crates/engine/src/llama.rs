@@ -16,6 +16,7 @@ use llama_cpp_2::token::logit_bias::LlamaLogitBias;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::{LlamaStateSeqFlags, SeqState};
 
+use crate::attention_cost::cpu_prefill_width;
 use crate::chat::ChatTemplate;
 use crate::config::EngineConfig;
 use crate::error::EngineError;
@@ -121,6 +122,8 @@ pub(crate) struct LlamaExecutor<'m> {
     max_batch_tokens: usize,
     ctx_per_sequence: u32,
     samplers: Vec<Option<SequenceSampler>>,
+    /// Attention runs on the CPU (no layers offloaded), with its kernel thresholds.
+    cpu_attention: bool,
 }
 
 impl<'m> LlamaExecutor<'m> {
@@ -156,6 +159,7 @@ impl<'m> LlamaExecutor<'m> {
             max_batch_tokens,
             ctx_per_sequence,
             samplers: (0..n_seq).map(|_| None).collect(),
+            cpu_attention: config.gpu_layers == 0,
         })
     }
 
@@ -180,6 +184,14 @@ impl Executor for LlamaExecutor<'_> {
 
     fn max_batch_tokens(&self) -> usize {
         self.max_batch_tokens
+    }
+
+    fn prefill_width(&self, cached: usize, left: usize) -> usize {
+        if self.cpu_attention {
+            cpu_prefill_width(cached, left)
+        } else {
+            left
+        }
     }
 
     fn decode(&mut self, tokens: &[BatchToken]) -> Result<(), RuntimeError> {

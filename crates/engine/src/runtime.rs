@@ -51,6 +51,13 @@ pub trait Executor {
     fn ctx_per_sequence(&self) -> u32;
     /// Most tokens one `decode` call accepts.
     fn max_batch_tokens(&self) -> usize;
+    /// How many of a prompt's last tokens to compute when the `cached` ones before them
+    /// are in KV and `left` are not: at least `left`, more (computing some cached tokens
+    /// again) where the runtime's kernels make the wider prefill cheaper.
+    fn prefill_width(&self, cached: usize, left: usize) -> usize {
+        let _ = cached;
+        left
+    }
     /// Runs the model over `batch`. On error no sequence in it advanced.
     fn decode(&mut self, batch: &[BatchToken]) -> Result<(), RuntimeError>;
     /// Prepares `seq`'s sampler. Called once when a request gets the slot.

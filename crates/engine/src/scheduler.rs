@@ -1,9 +1,10 @@
 //! The continuous-batching loop that runs on the engine thread.
 //!
 //! Each step builds one batch: first a decode token for every sequence that is generating,
-//! then prompt tokens of sequences still prefilling, oldest first, up to the step's token
-//! budget. Long prompts are therefore prefilled in chunks while running streams keep
-//! receiving a token per step, and a new request can start in the very next step.
+//! then prompt tokens of sequences still prefilling, up to the step's token budget (oldest
+//! first, but a short prompt may get a step before long ones: `prefill_plan`). Long prompts
+//! are therefore prefilled in chunks while running streams keep receiving a token per
+//! step, and a new request can start in the very next step.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use crate::forecast::StepCosts;
 use crate::host_cache::{block_hashes, HostCache};
+use crate::prefill_plan::PrefillPlanner;
 use crate::prefix_cache::{reusable, PrefixCache};
 use crate::queue::WaitQueue;
 use crate::runtime::{BatchToken, Executor, TokenId, Tokenizer};
@@ -58,7 +60,7 @@ pub(crate) struct Scheduler<E: Executor> {
     /// at the next decode, so a target's buffer holds nothing worth saving until then, and
     /// neither end may be restored into.
     copy_pending: Vec<Option<CopyEnd>>,
-    /// Slots in admission order; prefill budget goes to the oldest first.
+    /// Slots in admission order, the order prefill budget is handed out in.
     admission_order: VecDeque<usize>,
     step_budget: usize,
     prefix_caching: bool,
@@ -67,6 +69,9 @@ pub(crate) struct Scheduler<E: Executor> {
     outputs: Vec<(usize, usize)>,
     /// Prompt tokens each slot prefills this step.
     prefill_take: Vec<usize>,
+    /// (slot, prompt tokens left) of the prefilling slots in admission order, this step.
+    prompts_left: Vec<(usize, usize)>,
+    prefill_planner: PrefillPlanner,
     /// Measured step costs, for the wait forecast.
     costs: StepCosts,
     /// Completion tokens of recent finished requests, smoothed.
@@ -107,6 +112,8 @@ impl<E: Executor> Scheduler<E> {
             batch: Vec::with_capacity(step_budget),
             outputs: Vec::with_capacity(max_running),
             prefill_take: vec![0; max_running],
+            prompts_left: Vec::with_capacity(max_running),
+            prefill_planner: PrefillPlanner::default(),
             costs: StepCosts::default(),
             expected_completion: 128.0,
             forecast_prefixes: false,
@@ -176,7 +183,11 @@ impl<E: Executor> Scheduler<E> {
                 continue;
             }
             let Some(slot) = self.free_slot() else { break };
-            let reused = self.load_prefix(slot, &request.prompt);
+            let found = self.load_prefix(slot, &request.prompt);
+            // The runtime may prefer to compute some cached tokens again (a wider batch
+            // that its kernels run faster); only what is kept counts as reused.
+            let width = self.executor.prefill_width(found, request.prompt.len().saturating_sub(found));
+            let reused = request.prompt.len().saturating_sub(width).min(found);
             self.stats.record_prefix_query(request.prompt.len(), reused);
             self.executor.truncate_sequence(slot, reused as u32);
             self.executor.start_sequence(slot, &request.sampling, request.ignore_eos);
@@ -407,14 +418,14 @@ impl<E: Executor> Scheduler<E> {
         self.batch.clear();
         self.outputs.clear();
         let generating = self.slots.iter().flatten().filter(|s| !s.is_prefilling()).count();
-        let mut budget = self.step_budget.saturating_sub(generating);
+        let budget = self.step_budget.saturating_sub(generating);
         self.prefill_take.iter_mut().for_each(|n| *n = 0);
+        self.prompts_left.clear();
         for &slot in &self.admission_order {
             let Some(seq) = self.slots[slot].as_ref().filter(|s| s.is_prefilling()) else { continue };
-            let take = seq.prompt_left().len().min(budget);
-            self.prefill_take[slot] = take;
-            budget -= take;
+            self.prompts_left.push((slot, seq.prompt_left().len()));
         }
+        self.prefill_planner.plan(budget, &self.prompts_left, &mut self.prefill_take);
         for (slot, seq) in self.slots.iter().enumerate() {
             let Some(seq) = seq else { continue };
             if let Some(token) = seq.last_token {
@@ -491,7 +502,7 @@ impl<E: Executor> Scheduler<E> {
     /// When each slot should come free: its prompt left to prefill, then as many tokens as
     /// recent requests produced (never past its `max_tokens`).
     fn publish_forecast(&mut self) {
-        let (costs, expected_completion) = (self.costs, self.expected_completion);
+        let (costs, expected_completion, step_tokens) = (self.costs, self.expected_completion, self.step_budget);
         let held_blocks = (self.forecast_prefixes && std::mem::take(&mut self.held_changed))
             .then(|| std::sync::Arc::new(self.held_blocks()));
         self.stats.forecast.publish(|outlook| {
@@ -516,6 +527,7 @@ impl<E: Executor> Scheduler<E> {
             outlook.slot_free_ms.sort_by(f64::total_cmp);
             outlook.costs = costs;
             outlook.expected_completion = expected_completion;
+            outlook.step_tokens = step_tokens;
         });
     }
 }

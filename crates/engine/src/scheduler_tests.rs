@@ -43,6 +43,8 @@ struct RecordingExecutor {
     /// (slot, snapshot) of each restore.
     restores: Vec<(usize, usize)>,
     fail_restores: bool,
+    /// A prefill of fewer new tokens than this is widened to it (`prefill_width`).
+    widen_to: usize,
 }
 
 impl Executor for RecordingExecutor {
@@ -53,6 +55,9 @@ impl Executor for RecordingExecutor {
     }
     fn max_batch_tokens(&self) -> usize {
         self.max_batch_tokens
+    }
+    fn prefill_width(&self, cached: usize, left: usize) -> usize {
+        left.max(self.widen_to).min(cached + left)
     }
     fn decode(&mut self, batch: &[BatchToken]) -> Result<(), RuntimeError> {
         self.batches.push(batch.to_vec());
@@ -107,6 +112,7 @@ impl Harness {
             saves: Vec::new(),
             restores: Vec::new(),
             fail_restores: false,
+            widen_to: 0,
         };
         let stats = Arc::new(EngineStats::new(512 * max_running as u64));
         let scheduler = Scheduler::new(
@@ -364,4 +370,48 @@ fn the_wait_forecast_knows_which_prompts_a_slot_or_host_memory_holds() {
     let _a = plain.submit_n(PROMPT_A, 4);
     plain.run_to_idle();
     assert_eq!(plain.forecast_cached(PROMPT_A), 0);
+}
+
+/// The `Finished` event's cached-token count, once the request has finished.
+fn cached_tokens(events: &mut Events) -> u32 {
+    while let Ok(event) = events.try_recv() {
+        if let StreamEvent::Finished(done) = event {
+            return done.usage.cached_tokens;
+        }
+    }
+    panic!("the request has not finished");
+}
+
+#[test]
+fn a_short_prefill_behind_a_cached_prefix_is_widened_as_the_runtime_asks_and_reported_as_such() {
+    let mut h = Harness::with_cache(1, 256, true, 1 << 20);
+    h.scheduler.executor.widen_to = 20;
+    let mut first = h.submit_n(PROMPT_A, 4);
+    h.run_to_idle();
+    assert_eq!(cached_tokens(&mut first), 0);
+    // Nine new tokens behind A's 49: twenty are computed, eleven of them cached ones again.
+    let next_prompt = format!("{PROMPT_A} and more");
+    let mut next = h.submit_n(&next_prompt, 4);
+    assert_eq!(h.step(), [(0, 20)]);
+    h.run_to_idle();
+    assert_eq!(cached_tokens(&mut next), next_prompt.len() as u32 - 20, "only what was not recomputed");
+    // A prompt with nothing cached is not widened beyond itself.
+    let mut tiny = h.submit_n("tiny", 4);
+    assert_eq!(h.step(), [(0, 4)]);
+    h.run_to_idle();
+    assert_eq!(cached_tokens(&mut tiny), 0);
+}
+
+#[test]
+fn a_chat_turn_that_arrives_behind_a_long_prompt_gets_the_next_step_to_itself() {
+    let mut h = Harness::new(4, 128);
+    let _running = h.submit_n("r", 200);
+    h.step();
+    let _long = h.submit(&"d".repeat(300));
+    h.step();
+    let mut turn = h.submit("a short turn");
+    // The long prompt's chunks pause for one step, the decode token goes on.
+    assert_eq!(h.step(), [(0, 1), (2, 12)]);
+    assert!(matches!(turn.try_recv(), Ok(StreamEvent::Text { .. })), "its first token");
+    assert_eq!(h.step(), [(0, 1), (1, 126), (2, 1)]);
 }

@@ -344,6 +344,36 @@ fn a_prompt_restored_from_host_memory_generates_exactly_what_in_slot_reuse_does(
 }
 
 #[test]
+fn a_short_prompt_tail_widened_over_cached_tokens_generates_what_a_cold_prefill_does() {
+    let _g = serial();
+    let history = "Notes from the meeting. ".to_string()
+        + &"The team reviewed the cache design, the batch layout and the benchmark plan. ".repeat(24);
+    let turn = format!(
+        "{history} Question: the team met for an hour. What did they review, who will write the next \
+         benchmark plan, and when should the cache design be tested on the larger machine with \
+         the new traces from the production cluster?"
+    );
+    let run = |prefix_caching: bool| {
+        let mut config = EngineConfig::new(model_path());
+        config.max_running = 2;
+        config.ctx_per_sequence = 1024;
+        config.prefix_caching = prefix_caching;
+        let engine = Engine::start(config).expect("engine starts");
+        collect(engine.submit(greedy(&history, 4)).unwrap());
+        collect(engine.submit(greedy(&turn, 12)).unwrap())
+    };
+    let (reused, cold) = (run(true), run(false));
+    let (n, new) = (reused.2.usage.prompt_tokens, reused.2.usage.prompt_tokens - reused.2.usage.cached_tokens);
+    assert!(n > 300, "a long history: {n} tokens");
+    // About 50 new tokens after ~360 cached: llama.cpp's row-by-row CPU attention would
+    // cost more than its 64-row tiled kernel, so 65 tokens are computed (64 + one that a
+    // mixed batch's decode ubatch takes).
+    assert_eq!(new, 65, "{:?}", reused.2.usage);
+    assert_eq!(cold.2.usage.cached_tokens, 0);
+    assert_eq!(reused.1[..8], cold.1[..8], "recomputed cached tokens change nothing");
+}
+
+#[test]
 fn special_token_text_inside_chat_content_stays_text_while_the_template_keeps_its_control_tokens() {
     let _serial = serial();
     let engine = engine(1, 1, 256);

@@ -1,0 +1,67 @@
+//! When recomputing cached tokens makes a short prefill cheaper, on llama.cpp's CPU backend.
+//!
+//! llama.cpp's CPU flash attention has two kernels. A KV stream with at least
+//! `GGML_FA_TILE_Q` (64) query rows in a ubatch goes through the tiled one; fewer rows go
+//! one by one over every cached cell, which at a few hundred cells costs more than the
+//! rest of the model. Measured on SmolLM2-135M, two AVX-512 cores, ~310 tokens cached: 41
+//! new tokens took 283 ms, 62 took 429 ms, 72 took 257 ms. A chat's next turn is exactly
+//! such a short prefill behind a long cached prefix, so it pays to compute a few of the
+//! cached tokens again and give the kernel its 64 rows (llama-server pays the full cost).
+//! GPU kernels have other thresholds; this applies to CPU attention only.
+
+/// Query rows of one stream that llama.cpp's tiled CPU attention needs, plus one: in a
+/// batch with decode tokens, llama.cpp's equal split puts one row of every consecutive
+/// sequence into the decode ubatch first.
+pub(crate) const WIDE_PREFILL_ROWS: usize = 64 + 1;
+
+/// Per query row, the row-by-row kernel costs about as much as the model's weights for
+/// every this many cached cells; the tiled kernel for every `TILED_CELLS_PER_ROW`. Fitted
+/// to prefills of 4 to 150 tokens behind 300 and 630 cached (see the module comment).
+const ROW_BY_ROW_CELLS_PER_ROW: f64 = 300.0;
+const TILED_CELLS_PER_ROW: f64 = 2700.0;
+
+/// Widening must save at least this share of the predicted cost: the model is rough, and
+/// reported cache hits shrink by what is recomputed.
+const MIN_SAVING: f64 = 0.2;
+
+/// How many of a prompt's last tokens to compute when `cached` tokens before them are in
+/// KV and `left` are not: `left`, or `WIDE_PREFILL_ROWS` when recomputing some cached ones
+/// makes the prefill predictably cheaper.
+pub(crate) fn cpu_prefill_width(cached: usize, left: usize) -> usize {
+    if left >= WIDE_PREFILL_ROWS || cached + left < WIDE_PREFILL_ROWS {
+        return left;
+    }
+    let cells = (cached + left) as f64;
+    let row_by_row = left as f64 * (1.0 + cells / ROW_BY_ROW_CELLS_PER_ROW);
+    let tiled = WIDE_PREFILL_ROWS as f64 * (1.0 + cells / TILED_CELLS_PER_ROW);
+    if tiled <= (1.0 - MIN_SAVING) * row_by_row {
+        WIDE_PREFILL_ROWS
+    } else {
+        left
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chat_turn_behind_a_long_history_is_widened_to_the_tiled_kernel() {
+        // The measured case: 41 and 62 new tokens behind ~310 cached.
+        assert_eq!(cpu_prefill_width(310, 62), WIDE_PREFILL_ROWS);
+        assert_eq!(cpu_prefill_width(310, 48), WIDE_PREFILL_ROWS);
+        // The longer the history, the fewer new tokens it takes.
+        assert_eq!(cpu_prefill_width(630, 35), WIDE_PREFILL_ROWS);
+        assert_eq!(cpu_prefill_width(310, 35), 35);
+    }
+
+    #[test]
+    fn short_histories_few_new_tokens_and_wide_prefills_are_left_alone() {
+        assert_eq!(cpu_prefill_width(0, 50), 50, "nothing cached");
+        assert_eq!(cpu_prefill_width(10, 50), 50, "too little cached to widen to 65");
+        assert_eq!(cpu_prefill_width(128, 52), 52, "a short history: not a fifth cheaper");
+        assert_eq!(cpu_prefill_width(2000, 8), 8, "eight rows stay cheaper than 65");
+        assert_eq!(cpu_prefill_width(310, 65), 65);
+        assert_eq!(cpu_prefill_width(310, 300), 300);
+    }
+}
