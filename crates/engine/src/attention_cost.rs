@@ -7,6 +7,12 @@
 //! new tokens took 283 ms, 62 took 429 ms, 72 took 257 ms. A chat's next turn is exactly
 //! such a short prefill behind a long cached prefix, so it pays to compute a few of the
 //! cached tokens again and give the kernel its 64 rows (llama-server pays the full cost).
+//!
+//! Several sequences prefilling in one step make it worse: with one KV stream per
+//! sequence, llama.cpp splits a batch into ubatches holding the same number of rows of
+//! each consecutive sequence, so a sequence with 30 rows beside one with 65 cuts both into
+//! 30-row pieces and sends all of them down the row-by-row path (three follow-up turns of
+//! 24 to 65 new tokens arriving together took 1.3 s). There every short prefill is widened.
 //! GPU kernels have other thresholds; this applies to CPU attention only.
 
 /// Query rows of one stream that llama.cpp's tiled CPU attention needs, plus one: in a
@@ -24,12 +30,16 @@ const TILED_CELLS_PER_ROW: f64 = 2700.0;
 /// reported cache hits shrink by what is recomputed.
 const MIN_SAVING: f64 = 0.2;
 
-/// How many of a prompt's last tokens to compute when `cached` tokens before them are in
-/// KV and `left` are not: `left`, or `WIDE_PREFILL_ROWS` when recomputing some cached ones
-/// makes the prefill predictably cheaper.
-pub(crate) fn cpu_prefill_width(cached: usize, left: usize) -> usize {
+/// How many prompt tokens to compute in a step that would compute the `left` last ones of
+/// a prompt whose `cached` earlier ones are in KV: `left`, or `WIDE_PREFILL_ROWS` when
+/// recomputing some cached ones makes the step predictably cheaper. `beside_others`: other
+/// sequences prefill in the same step.
+pub(crate) fn cpu_prefill_width(cached: usize, left: usize, beside_others: bool) -> usize {
     if left >= WIDE_PREFILL_ROWS || cached + left < WIDE_PREFILL_ROWS {
         return left;
+    }
+    if beside_others {
+        return WIDE_PREFILL_ROWS;
     }
     let cells = (cached + left) as f64;
     let row_by_row = left as f64 * (1.0 + cells / ROW_BY_ROW_CELLS_PER_ROW);
@@ -48,20 +58,28 @@ mod tests {
     #[test]
     fn a_chat_turn_behind_a_long_history_is_widened_to_the_tiled_kernel() {
         // The measured case: 41 and 62 new tokens behind ~310 cached.
-        assert_eq!(cpu_prefill_width(310, 62), WIDE_PREFILL_ROWS);
-        assert_eq!(cpu_prefill_width(310, 48), WIDE_PREFILL_ROWS);
+        assert_eq!(cpu_prefill_width(310, 62, false), WIDE_PREFILL_ROWS);
+        assert_eq!(cpu_prefill_width(310, 48, false), WIDE_PREFILL_ROWS);
         // The longer the history, the fewer new tokens it takes.
-        assert_eq!(cpu_prefill_width(630, 35), WIDE_PREFILL_ROWS);
-        assert_eq!(cpu_prefill_width(310, 35), 35);
+        assert_eq!(cpu_prefill_width(630, 35, false), WIDE_PREFILL_ROWS);
+        assert_eq!(cpu_prefill_width(310, 35, false), 35);
     }
 
     #[test]
     fn short_histories_few_new_tokens_and_wide_prefills_are_left_alone() {
-        assert_eq!(cpu_prefill_width(0, 50), 50, "nothing cached");
-        assert_eq!(cpu_prefill_width(10, 50), 50, "too little cached to widen to 65");
-        assert_eq!(cpu_prefill_width(128, 52), 52, "a short history: not a fifth cheaper");
-        assert_eq!(cpu_prefill_width(2000, 8), 8, "eight rows stay cheaper than 65");
-        assert_eq!(cpu_prefill_width(310, 65), 65);
-        assert_eq!(cpu_prefill_width(310, 300), 300);
+        assert_eq!(cpu_prefill_width(0, 50, false), 50, "nothing cached");
+        assert_eq!(cpu_prefill_width(10, 50, false), 50, "too little cached to widen to 65");
+        assert_eq!(cpu_prefill_width(128, 52, false), 52, "a short history: not a fifth cheaper");
+        assert_eq!(cpu_prefill_width(2000, 8, false), 8, "eight rows stay cheaper than 65");
+        assert_eq!(cpu_prefill_width(310, 65, false), 65);
+        assert_eq!(cpu_prefill_width(310, 300, false), 300);
+    }
+
+    #[test]
+    fn beside_other_prefills_every_short_one_that_can_be_widened_is() {
+        assert_eq!(cpu_prefill_width(2000, 8, true), WIDE_PREFILL_ROWS);
+        assert_eq!(cpu_prefill_width(310, 35, true), WIDE_PREFILL_ROWS);
+        assert_eq!(cpu_prefill_width(10, 30, true), 30, "not enough cached to widen");
+        assert_eq!(cpu_prefill_width(310, 200, true), 200);
     }
 }

@@ -186,9 +186,9 @@ impl Executor for LlamaExecutor<'_> {
         self.max_batch_tokens
     }
 
-    fn prefill_width(&self, cached: usize, left: usize) -> usize {
+    fn prefill_width(&self, cached: usize, left: usize, beside_others: bool) -> usize {
         if self.cpu_attention {
-            cpu_prefill_width(cached, left)
+            cpu_prefill_width(cached, left, beside_others)
         } else {
             left
         }

@@ -51,11 +51,12 @@ pub trait Executor {
     fn ctx_per_sequence(&self) -> u32;
     /// Most tokens one `decode` call accepts.
     fn max_batch_tokens(&self) -> usize;
-    /// How many of a prompt's last tokens to compute when the `cached` ones before them
-    /// are in KV and `left` are not: at least `left`, more (computing some cached tokens
-    /// again) where the runtime's kernels make the wider prefill cheaper.
-    fn prefill_width(&self, cached: usize, left: usize) -> usize {
-        let _ = cached;
+    /// How many prompt tokens to compute in a step that would compute the `left` last
+    /// ones of a prompt whose `cached` earlier ones are in KV: at least `left`; more
+    /// (computing some cached tokens again) where the runtime's kernels make the wider
+    /// prefill cheaper. `beside_others`: other sequences prefill in the same step.
+    fn prefill_width(&self, cached: usize, left: usize, beside_others: bool) -> usize {
+        let _ = (cached, beside_others);
         left
     }
     /// Runs the model over `batch`. On error no sequence in it advanced.

@@ -183,11 +183,7 @@ impl<E: Executor> Scheduler<E> {
                 continue;
             }
             let Some(slot) = self.free_slot() else { break };
-            let found = self.load_prefix(slot, &request.prompt);
-            // The runtime may prefer to compute some cached tokens again (a wider batch
-            // that its kernels run faster); only what is kept counts as reused.
-            let width = self.executor.prefill_width(found, request.prompt.len().saturating_sub(found));
-            let reused = request.prompt.len().saturating_sub(width).min(found);
+            let reused = self.load_prefix(slot, &request.prompt);
             self.stats.record_prefix_query(request.prompt.len(), reused);
             self.executor.truncate_sequence(slot, reused as u32);
             self.executor.start_sequence(slot, &request.sampling, request.ignore_eos);
@@ -426,6 +422,7 @@ impl<E: Executor> Scheduler<E> {
             self.prompts_left.push((slot, seq.prompt_left().len()));
         }
         self.prefill_planner.plan(budget, &self.prompts_left, &mut self.prefill_take);
+        self.widen_prefills();
         for (slot, seq) in self.slots.iter().enumerate() {
             let Some(seq) = seq else { continue };
             if let Some(token) = seq.last_token {
@@ -441,6 +438,28 @@ impl<E: Executor> Scheduler<E> {
                     self.outputs.push((slot, self.batch.len()));
                 }
                 self.batch.push(BatchToken { token, pos: seq.cached + i as u32, seq: slot, logits });
+            }
+        }
+    }
+
+    /// Widens this step's prefills where the runtime computes a wider one faster
+    /// (`Executor::prefill_width`), by computing some of their cached prompt tokens again.
+    /// Only a prefill that completes its prompt is widened: a chunk the budget cut short
+    /// goes on next step anyway.
+    fn widen_prefills(&mut self) {
+        let prefilling = self.prefill_take.iter().filter(|&&n| n > 0).count();
+        for (slot, take) in self.prefill_take.iter_mut().enumerate() {
+            let Some(seq) = self.slots[slot].as_mut() else { continue };
+            if *take == 0 || *take < seq.prompt_left().len() {
+                continue;
+            }
+            let cached = seq.cached as usize;
+            let width = self.executor.prefill_width(cached, *take, prefilling > 1).clamp(*take, *take + cached);
+            if width > *take {
+                seq.rewind_prompt((width - *take) as u32);
+                self.executor.truncate_sequence(slot, seq.cached);
+                self.stats.record_prefix_recomputed(width - *take);
+                *take = width;
             }
         }
     }

@@ -43,8 +43,10 @@ struct RecordingExecutor {
     /// (slot, snapshot) of each restore.
     restores: Vec<(usize, usize)>,
     fail_restores: bool,
-    /// A prefill of fewer new tokens than this is widened to it (`prefill_width`).
+    /// A prefill of fewer new tokens than this is widened to it (`prefill_width`)...
     widen_to: usize,
+    /// ...or than this, when other sequences prefill in the same step.
+    widen_beside_others_to: usize,
 }
 
 impl Executor for RecordingExecutor {
@@ -56,8 +58,9 @@ impl Executor for RecordingExecutor {
     fn max_batch_tokens(&self) -> usize {
         self.max_batch_tokens
     }
-    fn prefill_width(&self, cached: usize, left: usize) -> usize {
-        left.max(self.widen_to).min(cached + left)
+    fn prefill_width(&self, cached: usize, left: usize, beside_others: bool) -> usize {
+        let to = if beside_others { self.widen_beside_others_to } else { self.widen_to };
+        left.max(to).min(cached + left)
     }
     fn decode(&mut self, batch: &[BatchToken]) -> Result<(), RuntimeError> {
         self.batches.push(batch.to_vec());
@@ -113,6 +116,7 @@ impl Harness {
             restores: Vec::new(),
             fail_restores: false,
             widen_to: 0,
+            widen_beside_others_to: 0,
         };
         let stats = Arc::new(EngineStats::new(512 * max_running as u64));
         let scheduler = Scheduler::new(
@@ -414,4 +418,29 @@ fn a_chat_turn_that_arrives_behind_a_long_prompt_gets_the_next_step_to_itself() 
     assert_eq!(h.step(), [(0, 1), (2, 12)]);
     assert!(matches!(turn.try_recv(), Ok(StreamEvent::Text { .. })), "its first token");
     assert_eq!(h.step(), [(0, 1), (1, 126), (2, 1)]);
+}
+
+#[test]
+fn short_prefills_that_share_a_step_are_widened_as_the_runtime_asks_for_company() {
+    let mut h = Harness::with_cache(2, 256, true, 1 << 20);
+    h.scheduler.executor.widen_to = 0;
+    h.scheduler.executor.widen_beside_others_to = 20;
+    let _a = h.submit_n(PROMPT_A, 4);
+    let _b = h.submit_n(PROMPT_B, 4);
+    h.run_to_idle();
+    // Each conversation's next turn: nine new tokens behind its own cached history.
+    let mut next_a = h.submit_n(&format!("{PROMPT_A} and more"), 4);
+    let mut next_b = h.submit_n(&format!("{PROMPT_B} and more"), 4);
+    assert_eq!(h.step(), [(0, 20), (1, 20)]);
+    h.run_to_idle();
+    assert_eq!(cached_tokens(&mut next_a), PROMPT_A.len() as u32 + 9 - 20);
+    assert_eq!(cached_tokens(&mut next_b), PROMPT_B.len() as u32 + 9 - 20);
+    // Alone, the same kind of turn is not widened.
+    let mut alone = h.submit_n(&format!("{PROMPT_A} and more, again"), 4);
+    assert_eq!(h.step(), [(0, 7)]);
+    h.run_to_idle();
+    assert_eq!(cached_tokens(&mut alone), PROMPT_A.len() as u32 + 9);
+    let p = h.scheduler.stats.snapshot().prefix;
+    let (a, b) = (PROMPT_A.len() as u64, PROMPT_B.len() as u64);
+    assert_eq!(p.hit_tokens, (a + 9 - 20) + (b + 9 - 20) + (a + 9), "recomputed tokens are not hits");
 }

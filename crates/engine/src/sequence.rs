@@ -52,7 +52,8 @@ pub(crate) struct Sequence {
     pub generated: u32,
     /// Every sampled token, in order (all but the last are in the KV cache).
     generated_ids: Vec<TokenId>,
-    /// Prompt tokens found already in the slot's KV cache at admission.
+    /// Prompt tokens reused from the slot's KV cache (found at admission, less any
+    /// computed again: `rewind_prompt`).
     cached_prompt: u32,
     text: TextStream,
     token_bytes: Vec<u8>,
@@ -76,6 +77,14 @@ impl Sequence {
             admitted: Instant::now(),
             first_token_at: None,
         }
+    }
+
+    /// Drops the last `tokens` cached prompt tokens, to be computed again with the rest of
+    /// the prompt (the caller drops their KV cells). Only while prefilling.
+    pub fn rewind_prompt(&mut self, tokens: u32) {
+        debug_assert!(self.is_prefilling() && tokens <= self.cached);
+        self.cached -= tokens.min(self.cached);
+        self.cached_prompt = self.cached_prompt.min(self.cached);
     }
 
     pub fn prompt_left(&self) -> &[TokenId] {

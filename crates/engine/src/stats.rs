@@ -177,6 +177,11 @@ impl EngineStats {
         self.prefix.hit_tokens.fetch_add(reused as u64, Relaxed);
     }
 
+    /// Cached prompt tokens computed again after all (a wider prefill was cheaper).
+    pub(crate) fn record_prefix_recomputed(&self, tokens: usize) {
+        self.prefix.hit_tokens.fetch_sub(tokens as u64, Relaxed);
+    }
+
     pub(crate) fn record_host_restore(&self, tokens: usize, took: Duration, ok: bool) {
         let p = &self.prefix;
         if ok {
