@@ -422,7 +422,7 @@ impl<E: Executor> Scheduler<E> {
             self.prompts_left.push((slot, seq.prompt_left().len()));
         }
         self.prefill_planner.plan(budget, &self.prompts_left, &mut self.prefill_take);
-        self.widen_prefills();
+        self.widen_prefills(generating);
         for (slot, seq) in self.slots.iter().enumerate() {
             let Some(seq) = seq else { continue };
             if let Some(token) = seq.last_token {
@@ -444,10 +444,12 @@ impl<E: Executor> Scheduler<E> {
 
     /// Widens this step's prefills where the runtime computes a wider one faster
     /// (`Executor::prefill_width`), by computing some of their cached prompt tokens again.
-    /// Only a prefill that completes its prompt is widened: a chunk the budget cut short
-    /// goes on next step anyway.
-    fn widen_prefills(&mut self) {
+    /// Only a prefill that completes its prompt is widened (a chunk the budget cut short
+    /// goes on next step anyway), and only within the step's token budget.
+    fn widen_prefills(&mut self, decode_tokens: usize) {
         let prefilling = self.prefill_take.iter().filter(|&&n| n > 0).count();
+        // The batch must stay within what one decode call accepts.
+        let mut room = self.step_budget.saturating_sub(decode_tokens + self.prefill_take.iter().sum::<usize>());
         for (slot, take) in self.prefill_take.iter_mut().enumerate() {
             let Some(seq) = self.slots[slot].as_mut() else { continue };
             if *take == 0 || *take < seq.prompt_left().len() {
@@ -455,11 +457,13 @@ impl<E: Executor> Scheduler<E> {
             }
             let cached = seq.cached as usize;
             let width = self.executor.prefill_width(cached, *take, prefilling > 1).clamp(*take, *take + cached);
-            if width > *take {
-                seq.rewind_prompt((width - *take) as u32);
+            let extra = width - *take;
+            if extra > 0 && extra <= room {
+                seq.rewind_prompt(extra as u32);
                 self.executor.truncate_sequence(slot, seq.cached);
-                self.stats.record_prefix_recomputed(width - *take);
+                self.stats.record_prefix_recomputed(extra);
                 *take = width;
+                room -= extra;
             }
         }
     }

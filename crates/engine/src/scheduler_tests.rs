@@ -63,6 +63,8 @@ impl Executor for RecordingExecutor {
         left.max(to).min(cached + left)
     }
     fn decode(&mut self, batch: &[BatchToken]) -> Result<(), RuntimeError> {
+        // llama.cpp refuses a batch over n_batch and fails every sequence in it.
+        assert!(batch.len() <= self.max_batch_tokens, "a batch of {} tokens", batch.len());
         self.batches.push(batch.to_vec());
         Ok(())
     }
@@ -443,4 +445,17 @@ fn short_prefills_that_share_a_step_are_widened_as_the_runtime_asks_for_company(
     let p = h.scheduler.stats.snapshot().prefix;
     let (a, b) = (PROMPT_A.len() as u64, PROMPT_B.len() as u64);
     assert_eq!(p.hit_tokens, (a + 9 - 20) + (b + 9 - 20) + (a + 9), "recomputed tokens are not hits");
+}
+
+#[test]
+fn widening_never_takes_a_batch_past_the_step_budget() {
+    let mut h = Harness::with_cache(3, 64, true, 1 << 20);
+    h.scheduler.executor.widen_beside_others_to = 20;
+    let _a = h.submit_n(PROMPT_A, 4);
+    h.run_to_idle();
+    // A cold 50-token prompt and A's next turn (9 new tokens) share a step: 59 of 64.
+    let _cold = h.submit_n(&"z".repeat(50), 4);
+    let _next = h.submit_n(&format!("{PROMPT_A} and more"), 4);
+    let step = h.step();
+    assert_eq!(step.iter().map(|&(_, n)| n).sum::<usize>(), 59, "{step:?}: no room to widen by 11");
 }
