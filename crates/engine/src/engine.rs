@@ -73,6 +73,7 @@ impl Engine {
                         config.prefix_caching,
                         config.host_cache_bytes,
                     )
+                    .with_step_budget(config.prefill_chunk)
                     .forecasting_cached_prefixes(config.max_queue_ms.is_some());
                     run_supervised(|| scheduler.run(), &queue, &stats);
                 })

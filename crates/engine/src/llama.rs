@@ -16,7 +16,7 @@ use llama_cpp_2::token::logit_bias::LlamaLogitBias;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::{LlamaStateSeqFlags, SeqState};
 
-use crate::attention_cost::cpu_prefill_width;
+use crate::attention_cost::{cpu_prefill_width, WIDE_PREFILL_ROWS};
 use crate::chat::ChatTemplate;
 use crate::config::EngineConfig;
 use crate::error::EngineError;
@@ -134,7 +134,12 @@ impl<'m> LlamaExecutor<'m> {
             .checked_mul(n_seq)
             .and_then(NonZeroU32::new)
             .ok_or_else(|| EngineError::Backend("context size overflows".into()))?;
-        let n_batch = config.prefill_chunk as u32;
+        let cpu_attention = config.gpu_layers == 0;
+        // A step computes up to `prefill_chunk` tokens, and on CPU attention may widen each
+        // sequence's short prefill to `WIDE_PREFILL_ROWS` beyond that (see `attention_cost`);
+        // ubatches of 512 (llama.cpp's default) hold eight such prefills side by side.
+        let widening = if cpu_attention { config.max_running * WIDE_PREFILL_ROWS } else { 0 };
+        let n_batch = u32::try_from(config.prefill_chunk + widening).unwrap_or(u32::MAX);
         let threads = i32::try_from(config.threads).unwrap_or(i32::MAX);
         // One KV stream per sequence (not unified): each token attends only over its own
         // sequence's cells, which keeps batched decode cheap as sequences grow.
@@ -151,7 +156,7 @@ impl<'m> LlamaExecutor<'m> {
             .new_context(backend()?, params)
             .map_err(|e| EngineError::Backend(format!("creating the context: {e}")))?;
         let ctx_per_sequence = ctx_per_sequence.min(ctx.n_ctx() / n_seq);
-        let max_batch_tokens = (ctx.n_batch() as usize).min(config.prefill_chunk);
+        let max_batch_tokens = ctx.n_batch() as usize;
         Ok(Self {
             model,
             ctx,
@@ -159,7 +164,7 @@ impl<'m> LlamaExecutor<'m> {
             max_batch_tokens,
             ctx_per_sequence,
             samplers: (0..n_seq).map(|_| None).collect(),
-            cpu_attention: config.gpu_layers == 0,
+            cpu_attention,
         })
     }
 

@@ -49,7 +49,7 @@ pub trait Executor {
     type Snapshot;
     /// Context cells available to each sequence slot.
     fn ctx_per_sequence(&self) -> u32;
-    /// Most tokens one `decode` call accepts.
+    /// Most tokens one `decode` call accepts (the scheduler's step budget may be less).
     fn max_batch_tokens(&self) -> usize;
     /// How many prompt tokens to compute in a step that would compute the `left` last
     /// ones of a prompt whose `cached` earlier ones are in KV: at least `left`; more

@@ -62,7 +62,10 @@ pub(crate) struct Scheduler<E: Executor> {
     copy_pending: Vec<Option<CopyEnd>>,
     /// Slots in admission order, the order prefill budget is handed out in.
     admission_order: VecDeque<usize>,
+    /// Tokens a step computes, widened prefills aside: bounds how long it stalls streams.
     step_budget: usize,
+    /// Tokens one decode call accepts.
+    batch_limit: usize,
     prefix_caching: bool,
     batch: Vec<BatchToken>,
     /// (slot, batch index) of every batch entry whose logits get sampled.
@@ -93,7 +96,7 @@ impl<E: Executor> Scheduler<E> {
         prefix_caching: bool,
         host_cache_bytes: usize,
     ) -> Self {
-        let step_budget = executor.max_batch_tokens();
+        let batch_limit = executor.max_batch_tokens();
         let host_cache_budget = if prefix_caching { host_cache_bytes } else { 0 };
         stats.set_host_cache(host_cache_budget, Default::default());
         Self {
@@ -107,9 +110,10 @@ impl<E: Executor> Scheduler<E> {
             host_cache_budget,
             copy_pending: vec![None; max_running],
             admission_order: VecDeque::with_capacity(max_running),
-            step_budget,
+            step_budget: batch_limit,
+            batch_limit,
             prefix_caching,
-            batch: Vec::with_capacity(step_budget),
+            batch: Vec::with_capacity(batch_limit),
             outputs: Vec::with_capacity(max_running),
             prefill_take: vec![0; max_running],
             prompts_left: Vec::with_capacity(max_running),
@@ -119,6 +123,13 @@ impl<E: Executor> Scheduler<E> {
             forecast_prefixes: false,
             held_changed: false,
         }
+    }
+
+    /// Caps what a step computes below what a decode call accepts; the difference is room
+    /// for widened prefills (`widen_prefills`).
+    pub fn with_step_budget(mut self, tokens: usize) -> Self {
+        self.step_budget = tokens.clamp(1, self.batch_limit);
+        self
     }
 
     /// Lets the wait forecast see which prompt prefixes are cached (see `Outlook::cached_blocks`).
@@ -445,11 +456,11 @@ impl<E: Executor> Scheduler<E> {
     /// Widens this step's prefills where the runtime computes a wider one faster
     /// (`Executor::prefill_width`), by computing some of their cached prompt tokens again.
     /// Only a prefill that completes its prompt is widened (a chunk the budget cut short
-    /// goes on next step anyway), and only within the step's token budget.
+    /// goes on next step anyway), and only as far as one decode call accepts.
     fn widen_prefills(&mut self, decode_tokens: usize) {
         let prefilling = self.prefill_take.iter().filter(|&&n| n > 0).count();
         // The batch must stay within what one decode call accepts.
-        let mut room = self.step_budget.saturating_sub(decode_tokens + self.prefill_take.iter().sum::<usize>());
+        let mut room = self.batch_limit.saturating_sub(decode_tokens + self.prefill_take.iter().sum::<usize>());
         for (slot, take) in self.prefill_take.iter_mut().enumerate() {
             let Some(seq) = self.slots[slot].as_mut() else { continue };
             if *take == 0 || *take < seq.prompt_left().len() {

@@ -448,14 +448,18 @@ fn short_prefills_that_share_a_step_are_widened_as_the_runtime_asks_for_company(
 }
 
 #[test]
-fn widening_never_takes_a_batch_past_the_step_budget() {
-    let mut h = Harness::with_cache(3, 64, true, 1 << 20);
-    h.scheduler.executor.widen_beside_others_to = 20;
-    let _a = h.submit_n(PROMPT_A, 4);
-    h.run_to_idle();
-    // A cold 50-token prompt and A's next turn (9 new tokens) share a step: 59 of 64.
-    let _cold = h.submit_n(&"z".repeat(50), 4);
-    let _next = h.submit_n(&format!("{PROMPT_A} and more"), 4);
-    let step = h.step();
-    assert_eq!(step.iter().map(|&(_, n)| n).sum::<usize>(), 59, "{step:?}: no room to widen by 11");
+fn widening_uses_the_room_between_the_step_budget_and_the_batch_limit_and_no_more() {
+    // A cold 50-token prompt and A's next turn (9 new tokens) share a step: 59 tokens.
+    let run = |batch_limit: usize| {
+        let mut h = Harness::with_cache(3, batch_limit, true, 1 << 20);
+        h.scheduler = h.scheduler.with_step_budget(64);
+        h.scheduler.executor.widen_beside_others_to = 20;
+        let _a = h.submit_n(PROMPT_A, 4);
+        h.run_to_idle();
+        let _cold = h.submit_n(&"z".repeat(50), 4);
+        let _next = h.submit_n(&format!("{PROMPT_A} and more"), 4);
+        h.step().iter().map(|&(_, n)| n).sum::<usize>()
+    };
+    assert_eq!(run(80), 70, "widened by 11 past the step budget of 64");
+    assert_eq!(run(64), 59, "no room to widen by 11");
 }
