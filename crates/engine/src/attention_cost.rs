@@ -12,7 +12,8 @@
 //! sequence, llama.cpp splits a batch into ubatches holding the same number of rows of
 //! each consecutive sequence, so a sequence with 30 rows beside one with 65 cuts both into
 //! 30-row pieces and sends all of them down the row-by-row path (three follow-up turns of
-//! 24 to 65 new tokens arriving together took 1.3 s). There every short prefill is widened.
+//! 24 to 65 new tokens arriving together took 1.3 s). There every short prefill of more than
+//! a few rows is widened.
 //! GPU kernels have other thresholds; this applies to CPU attention only.
 
 /// Query rows of one stream that llama.cpp's tiled CPU attention needs, plus one: in a
@@ -26,6 +27,12 @@ pub(crate) const WIDE_PREFILL_ROWS: usize = 64 + 1;
 const ROW_BY_ROW_CELLS_PER_ROW: f64 = 300.0;
 const TILED_CELLS_PER_ROW: f64 = 2700.0;
 
+/// Beside other prefills, a prefill of this many rows or more is widened whatever it
+/// costs alone: it would cut its neighbours into pieces as narrow. A prefill of a row or
+/// a few (a prompt cached but for its last token) cuts off as little as a decode token
+/// does, and widening it would compute up to 64 cached tokens for nothing.
+const MIN_ROWS_WIDENED_BESIDE_OTHERS: usize = 16;
+
 /// Widening must save at least this share of the predicted cost: the model is rough, and
 /// reported cache hits shrink by what is recomputed.
 const MIN_SAVING: f64 = 0.2;
@@ -38,7 +45,7 @@ pub(crate) fn cpu_prefill_width(cached: usize, left: usize, beside_others: bool)
     if left >= WIDE_PREFILL_ROWS || cached + left < WIDE_PREFILL_ROWS {
         return left;
     }
-    if beside_others {
+    if beside_others && left >= MIN_ROWS_WIDENED_BESIDE_OTHERS {
         return WIDE_PREFILL_ROWS;
     }
     let cells = (cached + left) as f64;
@@ -76,8 +83,10 @@ mod tests {
     }
 
     #[test]
-    fn beside_other_prefills_every_short_one_that_can_be_widened_is() {
-        assert_eq!(cpu_prefill_width(2000, 8, true), WIDE_PREFILL_ROWS);
+    fn beside_other_prefills_every_short_one_that_can_be_widened_is_but_a_few_rows() {
+        assert_eq!(cpu_prefill_width(300, 16, true), WIDE_PREFILL_ROWS);
+        assert_eq!(cpu_prefill_width(300, 1, true), 1, "a cached prompt's last token");
+        assert_eq!(cpu_prefill_width(300, 15, true), 15);
         assert_eq!(cpu_prefill_width(310, 35, true), WIDE_PREFILL_ROWS);
         assert_eq!(cpu_prefill_width(10, 30, true), 30, "not enough cached to widen");
         assert_eq!(cpu_prefill_width(310, 200, true), 200);
