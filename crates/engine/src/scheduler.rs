@@ -470,9 +470,9 @@ impl<E: Executor> Scheduler<E> {
             let width = self.executor.prefill_width(cached, *take, prefilling > 1).clamp(*take, *take + cached);
             let extra = width - *take;
             if extra > 0 && extra <= room {
-                seq.rewind_prompt(extra as u32);
+                let hits_lost = seq.rewind_prompt(extra as u32);
                 self.executor.truncate_sequence(slot, seq.cached);
-                self.stats.record_prefix_recomputed(extra);
+                self.stats.record_prefix_recomputed(hits_lost as usize);
                 *take = width;
                 room -= extra;
             }

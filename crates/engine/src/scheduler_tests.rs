@@ -463,3 +463,21 @@ fn widening_uses_the_room_between_the_step_budget_and_the_batch_limit_and_no_mor
     assert_eq!(run(80), 70, "widened by 11 past the step budget of 64");
     assert_eq!(run(64), 59, "no room to widen by 11");
 }
+
+#[test]
+fn widening_the_last_chunk_of_a_prompt_takes_back_no_hits_it_never_had() {
+    let mut h = Harness::with_cache(2, 64, true, 1 << 20);
+    h.scheduler.executor.widen_beside_others_to = 20;
+    let _a = h.submit_n(PROMPT_A, 4);
+    h.run_to_idle();
+    // A cold 70-token prompt: 64 tokens now, its last 6 next step beside A's next turn,
+    // widened to 20 over tokens its own first chunk computed.
+    let mut cold = h.submit_n(&"z".repeat(70), 4);
+    assert_eq!(h.step(), [(0, 64)]);
+    let _next = h.submit_n(&format!("{PROMPT_A} and more"), 4);
+    assert_eq!(h.step(), [(0, 20), (1, 20)]);
+    h.run_to_idle();
+    assert_eq!(cached_tokens(&mut cold), 0);
+    let a = PROMPT_A.len() as u64;
+    assert_eq!(h.scheduler.stats.snapshot().prefix.hit_tokens, a + 9 - 20, "only A's turn had hits");
+}

@@ -80,11 +80,14 @@ impl Sequence {
     }
 
     /// Drops the last `tokens` cached prompt tokens, to be computed again with the rest of
-    /// the prompt (the caller drops their KV cells). Only while prefilling.
-    pub fn rewind_prompt(&mut self, tokens: u32) {
+    /// the prompt (the caller drops their KV cells). Only while prefilling. Returns how many
+    /// of them had been reused from the cache rather than computed by an earlier chunk.
+    pub fn rewind_prompt(&mut self, tokens: u32) -> u32 {
         debug_assert!(self.is_prefilling() && tokens <= self.cached);
         self.cached -= tokens.min(self.cached);
+        let reused_before = self.cached_prompt;
         self.cached_prompt = self.cached_prompt.min(self.cached);
+        reused_before - self.cached_prompt
     }
 
     pub fn prompt_left(&self) -> &[TokenId] {
