@@ -15,7 +15,10 @@
 #              in turn, Poisson 2 req/s
 #   prefix     4 shared system prompts of 200 tokens, each request picks one, unique 40-token
 #              question, Poisson 2 req/s
-# RATES="1,2,4" makes recurring and prefix sweep those Poisson rates instead of 2 req/s.
+# RATES="1,2,4" makes recurring and prefix sweep those Poisson rates instead of 2 req/s (each
+# level of recurring sends its own 40 prompts twice; prefix keeps its 4 system prompts and
+# draws new questions), and ratios.py then names each server's sustainable rate: the highest
+# swept rate with >= 90 % of requests within the TTFT SLO (500 ms).
 # SERVERS="rillm llama" picks which servers run (ratios for the workloads OUT_DIR has both of).
 # Prompts have exact token lengths on both servers: the bench counts them with each
 # server's own /tokenize.

@@ -2,7 +2,9 @@
 
     python3 scripts/ratios.py OUT_DIR KIND [KIND ...]
 
-reads OUT_DIR/rillm-KIND.json and OUT_DIR/llama-KIND.json for each KIND.
+reads OUT_DIR/rillm-KIND.json and OUT_DIR/llama-KIND.json for each KIND. For a sweep of
+rates it also prints each server's sustainable rate: the highest swept rate at which at
+least 90 % of the offered requests met the TTFT SLO (none when no rate did).
 """
 import json
 import os
@@ -45,13 +47,21 @@ ROWS = [
 
 
 def fmt(v):
-    return f"{v:.1f}" if isinstance(v, float) else str(v)
+    if isinstance(v, float):
+        return f"{v:.2f}" if abs(v) < 1 else f"{v:.1f}"
+    return str(v)
 
 
 def row(name, label, a, b):
     numeric = isinstance(a, (int, float)) and isinstance(b, (int, float))
     ratio = f"{a / b:.2f}" if numeric and b else "-"
     print(f"{name:<24} {label:<22}{fmt(a):>10}{fmt(b):>10}{ratio:>8}")
+
+
+def sustainable_rate(path):
+    """The highest swept rate at >= 90 % SLO attainment, or None."""
+    rates = [r["load"].get("requested_rate_rps") for r in levels(path) if r.get("slo_attainment_pct", 0) >= 90]
+    return max((r for r in rates if r is not None), default=None)
 
 
 def main():
@@ -63,6 +73,9 @@ def main():
         if missing:
             print(f"{kind}: no ratios, missing {' and '.join(missing)}")
             continue
+        if len(levels(files[0])) > 1 and levels(files[0])[0]["load"].get("requested_rate_rps") is not None:
+            a, b = sustainable_rate(files[0]), sustainable_rate(files[1])
+            row(kind, "sustainable req/s", "none" if a is None else a, "none" if b is None else b)
         pairs = zip(levels(files[0]), levels(files[1]))
         for r, l in pairs:
             name = f"{kind} {level_name(r)}"

@@ -141,6 +141,8 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     let per_level = pool_size(&args, amount);
     let loads = levels(&args)?;
     let pool = per_level.saturating_mul(loads.len()).min(MAX_POOL);
+    // With --distinct-prompts a level's share is its N prompts, sent in turn.
+    let level_prompts = args.distinct_prompts.map_or(per_level, |n| n.clamp(1, (pool / loads.len().max(1)).max(1)));
     let built = workload::build(&args, protocol, &client, origin(&url), pool, loads.len()).await?;
     if matches!(built.workload, Workload::Sessions(_)) && args.requests.is_some() {
         return Err(BenchError::Args(
@@ -183,6 +185,7 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
             seed: args.seed,
             progress: false,
             first_prompt: 0,
+            level_prompts: 1,
             shard: None,
         });
         runner::run_level(&client, warm).await;
@@ -214,7 +217,8 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
             timeout,
             seed: args.seed,
             progress,
-            first_prompt: level * per_level,
+            first_prompt: level * level_prompts,
+            level_prompts,
             shard: args.shard,
         });
         let mut level_context = run_context.clone();

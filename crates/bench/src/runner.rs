@@ -44,9 +44,12 @@ pub struct LevelPlan {
     pub timeout: Duration,
     pub seed: u64,
     pub progress: bool,
-    /// Where in the prompt pool this level starts: each level of a sweep sends its own
-    /// prompts, so no level finds the one before it in a server's prefix cache.
+    /// Where in the prompt pool this level's share starts, and how many prompts it holds:
+    /// each level of a sweep sends its own prompts, so no level finds the one before it in a
+    /// server's prefix cache, and cycles through its share (recurring prompts recur within
+    /// their level).
     pub first_prompt: usize,
+    pub level_prompts: usize,
     /// Send only this shard's arrivals of the schedule (indices stay the full run's).
     pub shard: Option<crate::shard::Shard>,
 }
@@ -64,7 +67,7 @@ impl LevelPlan {
     /// The `i`-th independent request: cycled prompts, or the trace's `i`-th.
     fn spec(&self, i: usize) -> &RequestSpec {
         match &*self.workload {
-            Workload::Requests(specs) => &specs[(self.first_prompt + i) % specs.len()],
+            Workload::Requests(specs) => &specs[(self.first_prompt + i % self.level_prompts.max(1)) % specs.len()],
             Workload::Trace(requests) => &requests[i].spec,
             Workload::Sessions(_) => unreachable!("sessions are driven by session::run"),
         }

@@ -102,7 +102,7 @@ pub async fn build(
     }
     if args.input_tokens.is_some() || args.shared_prefix_tokens.is_some() {
         let counter = counter(args, client, base).await?;
-        return synthetic_requests(args, chat, &counter, pool_size).await;
+        return synthetic_requests(args, chat, &counter, pool_size, levels).await;
     }
     let spec = RequestSpec::new(PromptSpec::Text(args.prompt.clone()), args.max_tokens);
     Ok(Built {
@@ -189,13 +189,18 @@ async fn synthetic_requests(
     chat: bool,
     counter: &TokenCounter,
     pool_size: usize,
+    levels: usize,
 ) -> Result<Built, BenchError> {
     let input = args.input_tokens.unwrap_or(LengthDist::fixed(64));
     let output = output_dist(args);
     let groups = args.prefix_groups.max(1);
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed ^ 0x1e9);
     let mut synth = PromptSynth::new(counter, args.seed).await?;
-    let distinct = args.distinct_prompts.map_or(pool_size, |n| n.clamp(1, pool_size));
+    // Recurring prompts: each load level cycles its own N, so a sweep's later levels do not
+    // find the first level's prompts cached.
+    let levels = levels.max(1);
+    let per_level = args.distinct_prompts.map_or(pool_size, |n| n.clamp(1, (pool_size / levels).max(1)));
+    let distinct = if args.distinct_prompts.is_some() { per_level * levels } else { pool_size };
     let mut specs = Vec::with_capacity(distinct);
     for i in 0..distinct {
         let question = input.sample(&mut rng);
@@ -214,6 +219,7 @@ async fn synthetic_requests(
         "prefix_groups": args.shared_prefix_tokens.map(|_| groups),
         "prompts": counter.describe(),
         "distinct_prompts": specs.len(),
+        "distinct_prompts_per_level": args.distinct_prompts.map(|_| per_level),
         "recurring": args.distinct_prompts.is_some(),
     });
     Ok(Built { workload: Workload::Requests(specs), description, notes })

@@ -182,14 +182,18 @@ async fn each_level_of_a_sweep_sends_its_own_prompts() {
     let lengths = |l: usize| levels[l].requests.iter().map(|q| q.prompt_tokens.expect("counted")).collect::<Vec<_>>();
     assert_eq!(lengths(0).len(), 8);
     assert_ne!(lengths(0), lengths(1), "the second level re-sent the first level's prompts");
-    // Recurring prompts stay recurring: --distinct-prompts N cycles N prompts in every level.
+    // Recurring prompts stay recurring: --distinct-prompts N cycles N prompts in every
+    // level, each level its own N (a later level would otherwise find them all cached).
     let recurring = bench(&[&args[..], &["--distinct-prompts", "2"]].concat()).await;
-    for level in &recurring {
-        let mut seen: Vec<u32> = level.requests.iter().map(|q| q.prompt_tokens.unwrap()).collect();
+    let distinct = |l: usize| {
+        let mut seen: Vec<u32> = recurring[l].requests.iter().map(|q| q.prompt_tokens.unwrap()).collect();
         seen.sort_unstable();
         seen.dedup();
-        assert!(seen.len() <= 2, "{seen:?}");
-    }
+        seen
+    };
+    assert_eq!(recurring[0].requests.len(), 8);
+    assert!(distinct(0).len() <= 2 && distinct(1).len() <= 2, "{:?} {:?}", distinct(0), distinct(1));
+    assert_ne!(distinct(0), distinct(1), "the second level re-sent the first level's recurring prompts");
     // Sessions too: each level plays its own conversations.
     let chat = format!("{}/v1/chat/completions", mock.base);
     let sessions = ["--sessions", "4", "--turns", "1", "--opening-tokens", "uniform:10-400", "--output-tokens", "2"];
