@@ -107,7 +107,9 @@ fn repeated_mooncake_hash_ids_come_back_as_cached_prompt_tokens() {
     for q in q {
         assert_eq!(q["prompt_tokens"], 180, "{q}");
     }
-    assert!(cached[1] >= 128 && cached[1] < 180, "two shared blocks reused: {cached:?}");
+    // Two shared blocks reused, less what widening the 52 new tokens to llama.cpp's 64-row
+    // CPU attention tile computes again (not reported as cached).
+    assert!(cached[1] >= 180 - 65 && cached[1] < 180, "two shared blocks reused: {cached:?}");
     assert!(cached[0] < 16 && cached[2] < 16, "nothing shared: {cached:?}");
     assert!(r["tokens"]["prefix_cache_hit_pct"].as_f64().unwrap() > 20.0, "{}", r["tokens"]);
     let _ = std::fs::remove_file(trace);
