@@ -142,7 +142,7 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     let loads = levels(&args)?;
     let pool = per_level.saturating_mul(loads.len()).min(MAX_POOL);
     // With --distinct-prompts a level's share is its N prompts, sent in turn.
-    let level_prompts = args.distinct_prompts.map_or(per_level, |n| n.clamp(1, (pool / loads.len().max(1)).max(1)));
+    let level_prompts = workload::recurring_per_level(args.distinct_prompts, pool, loads.len()).unwrap_or(per_level);
     let built = workload::build(&args, protocol, &client, origin(&url), pool, loads.len()).await?;
     if matches!(built.workload, Workload::Sessions(_)) && args.requests.is_some() {
         return Err(BenchError::Args(

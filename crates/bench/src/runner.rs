@@ -44,11 +44,11 @@ pub struct LevelPlan {
     pub timeout: Duration,
     pub seed: u64,
     pub progress: bool,
-    /// Where in the prompt pool this level's share starts, and how many prompts it holds:
-    /// each level of a sweep sends its own prompts, so no level finds the one before it in a
-    /// server's prefix cache, and cycles through its share (recurring prompts recur within
-    /// their level).
+    /// Where in the prompt pool this level's share starts: each level of a sweep sends its
+    /// own prompts, so no level finds the one before it in a server's prefix cache.
     pub first_prompt: usize,
+    /// How many prompts the level's share holds; the level cycles through them, so
+    /// recurring prompts recur within their level.
     pub level_prompts: usize,
     /// Send only this shard's arrivals of the schedule (indices stay the full run's).
     pub shard: Option<crate::shard::Shard>,

@@ -184,6 +184,13 @@ async fn trace_workload(
     Ok(Built { workload: Workload::Trace(requests), description, notes })
 }
 
+/// With `--distinct-prompts N`, how many prompts each of `levels` load levels cycles
+/// through: N, or fewer when a pool of `pool` prompts cannot hold N for every level. The
+/// runner indexes the pool by it and the builder makes N x levels prompts: one formula.
+pub(crate) fn recurring_per_level(distinct: Option<usize>, pool: usize, levels: usize) -> Option<usize> {
+    distinct.map(|n| n.clamp(1, (pool / levels.max(1)).max(1)))
+}
+
 async fn synthetic_requests(
     args: &BenchArgs,
     chat: bool,
@@ -198,9 +205,8 @@ async fn synthetic_requests(
     let mut synth = PromptSynth::new(counter, args.seed).await?;
     // Recurring prompts: each load level cycles its own N, so a sweep's later levels do not
     // find the first level's prompts cached.
-    let levels = levels.max(1);
-    let per_level = args.distinct_prompts.map_or(pool_size, |n| n.clamp(1, (pool_size / levels).max(1)));
-    let distinct = if args.distinct_prompts.is_some() { per_level * levels } else { pool_size };
+    let recurring = recurring_per_level(args.distinct_prompts, pool_size, levels);
+    let distinct = recurring.map_or(pool_size, |n| n * levels.max(1));
     let mut specs = Vec::with_capacity(distinct);
     for i in 0..distinct {
         let question = input.sample(&mut rng);
@@ -219,7 +225,7 @@ async fn synthetic_requests(
         "prefix_groups": args.shared_prefix_tokens.map(|_| groups),
         "prompts": counter.describe(),
         "distinct_prompts": specs.len(),
-        "distinct_prompts_per_level": args.distinct_prompts.map(|_| per_level),
+        "distinct_prompts_per_level": recurring,
         "recurring": args.distinct_prompts.is_some(),
     });
     Ok(Built { workload: Workload::Requests(specs), description, notes })
