@@ -10,7 +10,7 @@
 #   sessions   24 chat sessions x 4 turns: a ~300-token opening document, then short follow-ups,
 #              8 sessions open at a time, the server's live replies in the history
 #   session-rate  the same sessions arriving open-loop at SESSION_RATES sessions/s (12 per level,
-#              2 s think time between a reply and the next turn)
+#              think time between a reply and the next turn exponential, mean 2 s)
 #   recurring  40 distinct prompts (~100 tokens, sd 40: the Azure trace's lengths x0.1) sent twice
 #              in turn, Poisson 2 req/s
 #   prefix     4 shared system prompts of 200 tokens, each request picks one, unique 40-token
@@ -46,7 +46,7 @@ run_workloads() { # name
       sessions) "$BENCH" bench "${common[@]}" --seed 1 --sessions 24 --turns 4 --opening-tokens 300,30 --input-tokens 30,10 \
                --output-tokens 48 --concurrency 8 --output "$OUT/$1-sessions.json" > "$OUT/$1-sessions.txt" ;;
       session-rate) "$BENCH" bench "${common[@]}" --seed 2 --sessions 12 --turns 4 --opening-tokens 300,30 --input-tokens 30,10 \
-               --output-tokens 48 --think-ms 2000 --rate "$SESSION_RATES" --output "$OUT/$1-session-rate.json" \
+               --output-tokens 48 --think-ms exp:2000 --rate "$SESSION_RATES" --output "$OUT/$1-session-rate.json" \
                > "$OUT/$1-session-rate.txt" ;;
       recurring) "$BENCH" bench "${common[@]}" --seed 1 --input-tokens 100,40 --distinct-prompts 40 --requests 80 \
                --output-tokens 32 --rate "$RATES" --output "$OUT/$1-recurring.json" > "$OUT/$1-recurring.txt" ;;

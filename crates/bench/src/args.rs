@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use crate::lengths::LengthDist;
 use crate::protocol::Protocol;
 use crate::schedule::Arrival;
+use crate::think::ThinkTime;
 use crate::trace::TraceFormat;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -122,9 +123,10 @@ pub struct BenchArgs {
     /// Synthetic sessions: turns per session.
     #[arg(long, default_value_t = 4)]
     pub turns: u32,
-    /// Synthetic sessions: think time between a reply and the next turn.
-    #[arg(long, default_value_t = 0.0)]
-    pub think_ms: f64,
+    /// Synthetic sessions: think time between a reply and the next turn, in ms: MS (fixed),
+    /// exp:MEAN (exponential, as independent users pause) or uniform:MIN-MAX.
+    #[arg(long, default_value = "0")]
+    pub think_ms: ThinkTime,
     /// Synthetic sessions: the first turn's length (an opening document), default --input-tokens.
     #[arg(long)]
     pub opening_tokens: Option<LengthDist>,

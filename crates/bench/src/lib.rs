@@ -23,6 +23,7 @@ pub mod shard;
 pub mod stats;
 pub mod synth;
 pub mod targets;
+pub mod think;
 pub mod tokens;
 pub mod trace;
 pub mod workload;
@@ -318,9 +319,6 @@ fn check_workload_args(args: &BenchArgs) -> Result<(), BenchError> {
     }
     if args.sessions == Some(0) {
         return Err(BenchError::Args("--sessions must be at least 1".into()));
-    }
-    if !(args.think_ms.is_finite() && args.think_ms >= 0.0) {
-        return Err(BenchError::Args("--think-ms must not be negative".into()));
     }
     Ok(())
 }

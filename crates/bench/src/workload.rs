@@ -249,6 +249,8 @@ async fn synthetic_sessions(
     let output = output_dist(args);
     let turns = args.turns.max(1);
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed ^ 0x5e55);
+    // Apart from the lengths' generator: the same sessions are sent whatever the think time.
+    let mut think_rng = rand::rngs::StdRng::seed_from_u64(args.seed ^ 0x7417);
     let mut synth = PromptSynth::new(counter, args.seed).await?;
     let total = count.saturating_mul(levels.max(1));
     let mut sessions = Vec::with_capacity(total);
@@ -269,7 +271,7 @@ async fn synthetic_sessions(
             session_turns.push(Turn {
                 messages: vec![json!({"role": "user", "content": prompt.as_text()})],
                 max_tokens: output.sample(&mut rng),
-                delay_ms: if t == 0 { 0.0 } else { args.think_ms },
+                delay_ms: if t == 0 { 0.0 } else { args.think_ms.sample(&mut think_rng) },
             });
         }
         sessions.push(Session { id: format!("s{s}").into(), turns: session_turns });

@@ -88,6 +88,41 @@ async fn sessions_carry_the_live_reply_and_wait_their_think_time() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exponential_think_times_spread_the_next_turns_of_sessions() {
+    let mock = Mock::start(5, 1, 100, 10_000);
+    let url = format!("{}/v1/chat/completions", mock.base);
+    let args = [
+        "--url",
+        &url,
+        "--sessions",
+        "4",
+        "--turns",
+        "3",
+        "--input-tokens",
+        "5",
+        "--output-tokens",
+        "2",
+        "--think-ms",
+        "exp:100",
+        "--concurrency",
+        "4",
+    ];
+    let r = &bench(&args).await[0];
+    assert_eq!(r.completed, 12, "{}", r.limits);
+    assert_eq!(r.run_context["workload"]["think_ms"]["kind"], "exp");
+    let mut gaps = Vec::new();
+    for s in 0..4 {
+        let id = format!("s{s}");
+        let turns: Vec<_> = r.requests.iter().filter(|q| q.session_id.as_deref() == Some(id.as_str())).collect();
+        gaps.extend(turns.windows(2).map(|p| p[1].sent_ms - (p[0].sent_ms + p[0].e2e_ms)));
+    }
+    assert_eq!(gaps.len(), 8);
+    // A fixed pause would give eight equal gaps; these are drawn, so they differ.
+    let (lo, hi) = gaps.iter().fold((f64::MAX, f64::MIN), |(lo, hi), &g| (lo.min(g), hi.max(g)));
+    assert!(hi - lo > 40.0, "think times {gaps:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rejected_turn_ends_its_session_and_the_unsent_turns_are_disclosed() {
     // One stream at a time: two sessions opening together, one gets 429.
     let mock = Mock::start(100, 10, 5, 1);
