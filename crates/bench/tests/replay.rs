@@ -91,22 +91,10 @@ async fn sessions_carry_the_live_reply_and_wait_their_think_time() {
 async fn exponential_think_times_spread_the_next_turns_of_sessions() {
     let mock = Mock::start(5, 1, 100, 10_000);
     let url = format!("{}/v1/chat/completions", mock.base);
-    let args = [
-        "--url",
-        &url,
-        "--sessions",
-        "4",
-        "--turns",
-        "3",
-        "--input-tokens",
-        "5",
-        "--output-tokens",
-        "2",
-        "--think-ms",
-        "exp:100",
-        "--concurrency",
-        "4",
-    ];
+    let mut args = vec!["--url", &url];
+    args.extend(
+        "--sessions 4 --turns 3 --input-tokens 5 --output-tokens 2 --think-ms exp:100 --concurrency 4".split(' '),
+    );
     let r = &bench(&args).await[0];
     assert_eq!(r.completed, 12, "{}", r.limits);
     assert_eq!(r.run_context["workload"]["think_ms"]["kind"], "exp");
