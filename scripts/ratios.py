@@ -58,9 +58,9 @@ def row(name, label, a, b):
     print(f"{name:<24} {label:<22}{fmt(a):>10}{fmt(b):>10}{ratio:>8}")
 
 
-def sustainable_rate(path):
+def sustainable_rate(sweep):
     """The highest swept rate at >= 90 % SLO attainment, or None."""
-    rates = [r["load"].get("requested_rate_rps") for r in levels(path) if r.get("slo_attainment_pct", 0) >= 90]
+    rates = [r["load"].get("requested_rate_rps") for r in sweep if r.get("slo_attainment_pct", 0) >= 90]
     return max((r for r in rates if r is not None), default=None)
 
 
@@ -73,10 +73,11 @@ def main():
         if missing:
             print(f"{kind}: no ratios, missing {' and '.join(missing)}")
             continue
-        if len(levels(files[0])) > 1 and levels(files[0])[0]["load"].get("requested_rate_rps") is not None:
-            a, b = sustainable_rate(files[0]), sustainable_rate(files[1])
+        ours, theirs = levels(files[0]), levels(files[1])
+        if len(ours) > 1 and ours[0]["load"].get("requested_rate_rps") is not None:
+            a, b = sustainable_rate(ours), sustainable_rate(theirs)
             row(kind, "sustainable req/s", "none" if a is None else a, "none" if b is None else b)
-        pairs = zip(levels(files[0]), levels(files[1]))
+        pairs = zip(ours, theirs)
         for r, l in pairs:
             name = f"{kind} {level_name(r)}"
             for label, path in ROWS:
