@@ -44,12 +44,20 @@ impl FromStr for ThinkTime {
         let ms = |t: &str| t.trim().parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0).ok_or_else(bad);
         if let Some(mean) = s.strip_prefix("exp:") {
             let mean_ms = ms(mean)?;
-            return if mean_ms > 0.0 { Ok(Self::Exp { mean_ms }) } else { Err(bad()) };
+            return if mean_ms > 0.0 {
+                Ok(Self::Exp { mean_ms })
+            } else {
+                Err(format!("exp:MEAN needs a mean above 0 ms, got {s:?}"))
+            };
         }
         if let Some(range) = s.strip_prefix("uniform:") {
             let (lo, hi) = range.split_once('-').ok_or_else(bad)?;
             let (min_ms, max_ms) = (ms(lo)?, ms(hi)?);
-            return if min_ms <= max_ms { Ok(Self::Uniform { min_ms, max_ms }) } else { Err(bad()) };
+            return if min_ms <= max_ms {
+                Ok(Self::Uniform { min_ms, max_ms })
+            } else {
+                Err(format!("uniform:MIN-MAX needs MIN <= MAX, got {s:?}"))
+            };
         }
         Ok(Self::Fixed { ms: ms(s)? })
     }
