@@ -19,12 +19,6 @@ pub enum ThinkTime {
     Uniform { min_ms: f64, max_ms: f64 },
 }
 
-impl Default for ThinkTime {
-    fn default() -> Self {
-        Self::Fixed { ms: 0.0 }
-    }
-}
-
 impl ThinkTime {
     pub fn sample(&self, rng: &mut impl Rng) -> f64 {
         match *self {
