@@ -16,10 +16,10 @@ mod stream;
 
 pub use rejected::Rejected;
 pub use request::{
-    ChatMessage, Completion, FinishReason, GenerateRequest, Prompt, SamplingParams, ServerTimings, StreamEvent,
-    TokenId, Usage,
+    ChatMessage, Completion, Constraint, FinishReason, GenerateRequest, Prompt, SamplingParams, ServerTimings,
+    StreamEvent, TokenId, Usage,
 };
-pub use stats::{CacheLayout, PrefixCacheSnapshot, StatsSnapshot};
+pub use stats::{CacheLayout, ConstraintSnapshot, PrefixCacheSnapshot, StatsSnapshot};
 pub use stream::RequestStream;
 
 /// Whether the engine behind a backend can still serve.

@@ -18,6 +18,10 @@ pub enum Rejected {
     EmptyPrompt,
     #[error("{0}")]
     InvalidRequest(String),
+    /// The request's constraint (schema, regex, grammar) could not be compiled; the
+    /// message is the compiler's own.
+    #[error("{0}")]
+    InvalidConstraint(String),
     #[error("the engine is shutting down")]
     ShuttingDown,
     /// The engine stopped on a fault; nothing more will run until the process restarts.

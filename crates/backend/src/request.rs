@@ -64,6 +64,37 @@ impl SamplingParams {
     }
 }
 
+/// What a request's output must match (structured outputs). The engine compiles it into a
+/// token mask applied before sampling, so every sampler setting still works inside it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Constraint {
+    /// JSON valid for this JSON Schema. Unless the schema says otherwise (llguidance's
+    /// `x-guidance` key), keys and items are separated as `json.dumps` does (`": "`, `", "`)
+    /// with no other whitespace, so separators are forced rather than sampled.
+    JsonSchema(serde_json::Value),
+    /// Any JSON object (OpenAI's `json_object`), laid out as for `JsonSchema`.
+    JsonObject,
+    /// The whole output matches this regular expression.
+    Regex(String),
+    /// The output is exactly one of these strings.
+    Choice(Vec<String>),
+    /// A sentence of this grammar, in llguidance's Lark dialect.
+    Lark(String),
+}
+
+impl Constraint {
+    /// A short name for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::JsonSchema(_) => "json_schema",
+            Self::JsonObject => "json_object",
+            Self::Regex(_) => "regex",
+            Self::Choice(_) => "choice",
+            Self::Lark(_) => "grammar",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenerateRequest {
     pub prompt: Prompt,
@@ -73,12 +104,22 @@ pub struct GenerateRequest {
     /// Generation stops before the first occurrence of any of these; it is never streamed.
     pub stop: Vec<String>,
     /// Keep generating past end-of-generation tokens (benchmarks want fixed lengths).
+    /// Ignored under a `constraint`: the grammar decides when the output may end.
     pub ignore_eos: bool,
+    /// Structured output: what the generated text must match.
+    pub constraint: Option<Constraint>,
 }
 
 impl GenerateRequest {
     pub fn new(prompt: Prompt) -> Self {
-        Self { prompt, sampling: SamplingParams::default(), max_tokens: None, stop: Vec::new(), ignore_eos: false }
+        Self {
+            prompt,
+            sampling: SamplingParams::default(),
+            max_tokens: None,
+            stop: Vec::new(),
+            ignore_eos: false,
+            constraint: None,
+        }
     }
 
     pub fn text(prompt: impl Into<String>) -> Self {
@@ -101,6 +142,11 @@ impl GenerateRequest {
 
     pub fn with_stop(mut self, stop: Vec<String>) -> Self {
         self.stop = stop;
+        self
+    }
+
+    pub fn with_constraint(mut self, constraint: Constraint) -> Self {
+        self.constraint = Some(constraint);
         self
     }
 }

@@ -251,6 +251,7 @@ impl Backend for ScriptedBackend {
             cancelled: 0,
             sequences_moved: 0,
             prefix: Default::default(),
+            constraints: Default::default(),
         }
     }
 

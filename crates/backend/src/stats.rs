@@ -19,6 +19,23 @@ pub struct PrefixCacheSnapshot {
     pub host_restore_micros: u64,
 }
 
+/// Structured outputs, as metrics report them; cumulative.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConstraintSnapshot {
+    /// Constraints compiled (cache misses), and the time that took in all.
+    pub compiles: u64,
+    pub compile_micros: u64,
+    /// Constraints that did not compile (the request got a 400).
+    pub compile_failures: u64,
+    /// Constraints found compiled in the cache.
+    pub cache_hits: u64,
+    /// Tokens generated under a constraint, sampled or forced.
+    pub constrained_tokens: u64,
+    /// Of those, tokens the grammar forced: fed to the model with the step that computes
+    /// the next choice, not a forward pass each (jump-forward).
+    pub forced_tokens: u64,
+}
+
 /// How the KV cache is laid out, for gateways that score prefix reuse per replica (GIE's
 /// prefix-cache scorer reads it from `vllm:cache_config_info`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +64,7 @@ pub struct StatsSnapshot {
     /// Running sequences moved down into a freed slot to keep the batch contiguous.
     pub sequences_moved: u64,
     pub prefix: PrefixCacheSnapshot,
+    pub constraints: ConstraintSnapshot,
 }
 
 impl StatsSnapshot {

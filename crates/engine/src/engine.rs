@@ -6,8 +6,9 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use crate::config::EngineConfig;
+use crate::constraint::{GrammarCompiler, SequenceConstraint};
 use crate::error::EngineError;
-use crate::llama::{load_model, LlamaExecutor};
+use crate::llama::{grammar_tok_env, load_model, LlamaExecutor};
 use crate::queue::{PushError, WaitQueue};
 use crate::runtime::Tokenizer;
 use crate::scheduler::Scheduler;
@@ -30,6 +31,8 @@ struct Inner {
     tokenizer: Arc<dyn Tokenizer>,
     queue: Arc<WaitQueue<PendingRequest>>,
     stats: Arc<EngineStats>,
+    /// Structured outputs' compiler and cache; used on callers' threads.
+    grammars: GrammarCompiler,
     ctx_per_sequence: u32,
     max_queue_ms: Option<u64>,
     prefix_caching: bool,
@@ -45,6 +48,8 @@ impl Engine {
     pub fn start(config: EngineConfig) -> Result<Self, EngineError> {
         let config = config.normalized();
         let model = load_model(&config)?;
+        let grammars = GrammarCompiler::new(&grammar_tok_env(&model))
+            .map_err(|e| EngineError::Backend(format!("building the grammar compiler: {e}")))?;
         let queue = Arc::new(WaitQueue::new(config.max_waiting, config.max_running));
         let (ready_tx, ready_rx) = mpsc::sync_channel(1);
 
@@ -96,6 +101,7 @@ impl Engine {
                 tokenizer: model,
                 queue,
                 stats,
+                grammars,
                 ctx_per_sequence,
                 max_queue_ms: config.max_queue_ms,
                 prefix_caching: config.prefix_caching,
@@ -129,6 +135,11 @@ impl Engine {
         if prompt.len() + max_tokens > context {
             return Err(Rejected::ContextOverflow { prompt_tokens: prompt.len(), max_tokens, context });
         }
+        // Compiled here, on the caller's thread: a first-seen schema costs milliseconds.
+        let constraint = match &request.constraint {
+            Some(c) => Some(SequenceConstraint::new(inner.grammars.matcher(c, &inner.stats.constraints)?)),
+            None => None,
+        };
         let mut expected_prefill = prompt.len();
         if let Some(limit_ms) = inner.max_queue_ms {
             let ahead = inner.queue.map_waiting(|p| p.expected_prefill);
@@ -150,6 +161,7 @@ impl Engine {
             sampling: request.sampling,
             stop: request.stop,
             ignore_eos: request.ignore_eos,
+            constraint,
             submitted: Instant::now(),
             events,
         };

@@ -11,6 +11,7 @@
 mod attention_cost;
 mod chat;
 mod config;
+mod constraint;
 mod engine;
 mod error;
 mod forecast;
@@ -39,6 +40,7 @@ pub use text_stream::{TextPiece, TextStream};
 // The request, event and statistics types are the backend seam's; callers of the engine
 // alone (the CLI, benchmarks, tests) find them here too.
 pub use rillm_backend::{
-    Backend, ChatMessage, Completion, FinishReason, GenerateRequest, Health, PrefixCacheSnapshot, Prompt, Rejected,
-    RequestStream, SamplingParams, ServerTimings, StatsSnapshot, StreamEvent, TokenId, Usage,
+    Backend, ChatMessage, Completion, Constraint, ConstraintSnapshot, FinishReason, GenerateRequest, Health,
+    PrefixCacheSnapshot, Prompt, Rejected, RequestStream, SamplingParams, ServerTimings, StatsSnapshot, StreamEvent,
+    TokenId, Usage,
 };

@@ -12,6 +12,8 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::data::LlamaTokenData;
+use llama_cpp_2::token::data_array::LlamaTokenDataArray;
 use llama_cpp_2::token::logit_bias::LlamaLogitBias;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::{LlamaStateSeqFlags, SeqState};
@@ -22,6 +24,7 @@ use crate::config::EngineConfig;
 use crate::error::EngineError;
 use crate::runtime::{BatchToken, Executor, RuntimeError, TokenId, Tokenizer};
 use rillm_backend::SamplingParams;
+use toktrie::{SimpleVob, TokEnv, TokTrie, TokenizerEnv};
 
 /// llama.cpp's global state may be initialised once per process; every engine shares it.
 fn backend() -> Result<&'static LlamaBackend, EngineError> {
@@ -106,6 +109,31 @@ impl Tokenizer for LlamaModelHandle {
     }
 }
 
+/// llguidance's view of the model's vocabulary, for constrained decoding. The token trie is
+/// llama-cpp-2's (every token's bytes, special tokens marked, the whole end-of-generation
+/// set registered); tokenizing goes through the model's own tokenizer, which makes the env
+/// canonical. llguidance computes the tokens a grammar forces (jump-forward) only for a
+/// canonical env: with llama-cpp-2's approximate one it never forces any.
+pub(crate) fn grammar_tok_env(model: &Arc<LlamaModelHandle>) -> TokEnv {
+    let trie = LlamaSampler::llguidance_tok_env(&model.model).tok_trie().clone();
+    Arc::new(LlamaTokEnv { model: Arc::clone(model), trie })
+}
+
+struct LlamaTokEnv {
+    model: Arc<LlamaModelHandle>,
+    trie: TokTrie,
+}
+
+impl TokenizerEnv for LlamaTokEnv {
+    fn tok_trie(&self) -> &TokTrie {
+        &self.trie
+    }
+
+    fn tokenize_bytes(&self, s: &[u8]) -> Vec<u32> {
+        self.model.model.vocab().tokenize(s, false, false).into_iter().map(|t| t.0 as u32).collect()
+    }
+}
+
 enum SequenceSampler {
     /// Argmax over the logits row: skips building llama.cpp's candidate array.
     Greedy {
@@ -178,6 +206,38 @@ impl<'m> LlamaExecutor<'m> {
         }
         best.0 as TokenId
     }
+
+    /// The most likely token the mask allows.
+    fn masked_argmax(&self, batch_index: usize, mask: &SimpleVob) -> TokenId {
+        let logits = self.ctx.get_logits_ith(batch_index as i32);
+        let mut best = (None, f32::NEG_INFINITY);
+        mask.iter_set_entries(|i| {
+            if let Some(&l) = logits.get(i) {
+                if best.0.is_none() || l > best.1 {
+                    best = (Some(i), l);
+                }
+            }
+        });
+        best.0.unwrap_or(0) as TokenId
+    }
+
+    /// Runs the sampler chain over the tokens the mask allows only: the candidates array
+    /// holds just those, so top-k, top-p and temperature apply within the constraint.
+    fn masked_sample(&self, chain: &mut LlamaSampler, batch_index: usize, mask: &SimpleVob) -> TokenId {
+        let logits = self.ctx.get_logits_ith(batch_index as i32);
+        let mut allowed = Vec::with_capacity(mask.num_set().min(logits.len()));
+        mask.iter_set_entries(|i| {
+            if let Some(&l) = logits.get(i) {
+                allowed.push(LlamaTokenData::new(LlamaToken(i as i32), l, 0.0));
+            }
+        });
+        let first = allowed.first().map_or(0, |t| t.id().0);
+        let mut candidates = LlamaTokenDataArray::new(allowed, false);
+        chain.apply(&mut candidates);
+        let token = candidates.selected_token().map_or(first, |t| t.0);
+        chain.accept(LlamaToken(token));
+        token as TokenId
+    }
 }
 
 impl Executor for LlamaExecutor<'_> {
@@ -238,13 +298,17 @@ impl Executor for LlamaExecutor<'_> {
         self.samplers[seq] = Some(sampler);
     }
 
-    fn sample(&mut self, seq: usize, batch_index: usize) -> TokenId {
-        let ban_eog = match self.samplers[seq].as_mut() {
-            Some(SequenceSampler::Chain(chain)) => return chain.sample(&self.ctx, batch_index as i32).0 as TokenId,
-            Some(SequenceSampler::Greedy { ban_eog }) => *ban_eog,
-            None => false,
+    fn sample(&mut self, seq: usize, batch_index: usize, mask: Option<&SimpleVob>) -> TokenId {
+        let mut sampler = self.samplers[seq].take();
+        let token = match (sampler.as_mut(), mask) {
+            (Some(SequenceSampler::Chain(chain)), Some(mask)) => self.masked_sample(chain, batch_index, mask),
+            (Some(SequenceSampler::Chain(chain)), None) => chain.sample(&self.ctx, batch_index as i32).0 as TokenId,
+            (_, Some(mask)) => self.masked_argmax(batch_index, mask),
+            (Some(SequenceSampler::Greedy { ban_eog }), None) => self.argmax(batch_index, *ban_eog),
+            (None, None) => self.argmax(batch_index, false),
         };
-        self.argmax(batch_index, ban_eog)
+        self.samplers[seq] = sampler;
+        token
     }
 
     fn end_sequence(&mut self, seq: usize) {

@@ -7,6 +7,7 @@
 
 use crate::chat::ChatTemplate;
 use rillm_backend::SamplingParams;
+use toktrie::SimpleVob;
 
 pub use rillm_backend::TokenId;
 
@@ -63,8 +64,10 @@ pub trait Executor {
     fn decode(&mut self, batch: &[BatchToken]) -> Result<(), RuntimeError>;
     /// Prepares `seq`'s sampler. Called once when a request gets the slot.
     fn start_sequence(&mut self, seq: usize, sampling: &SamplingParams, ban_eog: bool);
-    /// Samples from the output row of batch entry `batch_index` of the last decode.
-    fn sample(&mut self, seq: usize, batch_index: usize) -> TokenId;
+    /// Samples from the output row of batch entry `batch_index` of the last decode; with a
+    /// `mask`, only among the tokens it allows (a constraint's), every sampler setting
+    /// applied within them.
+    fn sample(&mut self, seq: usize, batch_index: usize, mask: Option<&SimpleVob>) -> TokenId;
     /// The request left the slot: drop its sampler. Its KV cells stay for prefix reuse.
     fn end_sequence(&mut self, seq: usize);
     /// Replaces `dst`'s KV cells with a copy of `src`'s, positions included.

@@ -271,10 +271,15 @@ impl<E: Executor> Scheduler<E> {
         let ctx_limit = self.executor.ctx_per_sequence();
         for i in 0..self.outputs.len() {
             let (slot, batch_index) = self.outputs[i];
-            let token = self.executor.sample(slot, batch_index);
             let Some(seq) = self.slots[slot].as_mut() else { continue };
-            if let Some(reason) = seq.accept_token(token, self.tokenizer.as_ref(), ctx_limit) {
-                self.release(slot, reason, None);
+            let accepted = seq.constraint_mask().and_then(|mask| {
+                let token = self.executor.sample(slot, batch_index, mask.as_ref());
+                seq.accept_token(token, self.tokenizer.as_ref(), ctx_limit, &self.stats.constraints)
+            });
+            match accepted {
+                Ok(None) => {}
+                Ok(Some(reason)) => self.release(slot, reason, None),
+                Err(error) => self.release(slot, FinishReason::Error, Some(error)),
             }
         }
     }
@@ -288,7 +293,8 @@ impl<E: Executor> Scheduler<E> {
     fn plan_batch(&mut self) {
         self.batch.clear();
         self.outputs.clear();
-        let generating = self.slots.iter().flatten().filter(|s| !s.is_prefilling()).count();
+        // A generating sequence feeds its last token, and any tokens its constraint forced.
+        let generating: usize = self.slots.iter().flatten().map(|s| s.uncached_generated().len()).sum();
         let budget = self.step_budget.saturating_sub(generating);
         self.prefill_take.iter_mut().for_each(|n| *n = 0);
         self.prompts_left.clear();
@@ -300,9 +306,15 @@ impl<E: Executor> Scheduler<E> {
         self.widen_prefills(generating);
         for (slot, seq) in self.slots.iter().enumerate() {
             let Some(seq) = seq else { continue };
-            if let Some(token) = seq.last_token {
-                self.outputs.push((slot, self.batch.len()));
-                self.batch.push(BatchToken { token, pos: seq.cached, seq: slot, logits: true });
+            if !seq.is_prefilling() {
+                let tokens = seq.uncached_generated();
+                for (i, &token) in tokens.iter().enumerate() {
+                    let logits = i + 1 == tokens.len();
+                    if logits {
+                        self.outputs.push((slot, self.batch.len()));
+                    }
+                    self.batch.push(BatchToken { token, pos: seq.cached + i as u32, seq: slot, logits });
+                }
                 continue;
             }
             let take = self.prefill_take[slot];

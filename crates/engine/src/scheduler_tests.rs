@@ -69,7 +69,7 @@ impl Executor for RecordingExecutor {
         Ok(())
     }
     fn start_sequence(&mut self, _seq: usize, _sampling: &SamplingParams, _ban_eog: bool) {}
-    fn sample(&mut self, _seq: usize, _batch_index: usize) -> TokenId {
+    fn sample(&mut self, _seq: usize, _batch_index: usize, _mask: Option<&toktrie::SimpleVob>) -> TokenId {
         TokenId::from(b'x')
     }
     fn end_sequence(&mut self, _seq: usize) {}
@@ -162,6 +162,7 @@ impl Harness {
             sampling: SamplingParams::greedy(),
             stop: Vec::new(),
             ignore_eos: false,
+            constraint: None,
             submitted: Instant::now(),
             events,
         };

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::constraint::{Advance, ConstraintCounters, SequenceConstraint};
 use crate::runtime::{TokenId, Tokenizer};
 use crate::text_stream::{TextPiece, TextStream};
 use rillm_backend::{Completion, FinishReason, SamplingParams, ServerTimings, StreamEvent, Usage};
@@ -21,6 +22,8 @@ pub(crate) struct PendingRequest {
     pub sampling: SamplingParams,
     pub stop: Vec<String>,
     pub ignore_eos: bool,
+    /// Structured output: the compiled constraint, at its start.
+    pub constraint: Option<SequenceConstraint>,
     pub submitted: Instant,
     pub events: UnboundedSender<StreamEvent>,
 }
@@ -99,14 +102,72 @@ impl Sequence {
         self.last_token.is_none()
     }
 
-    /// Handles a freshly sampled token; returns the finish reason if this ends the request.
-    pub fn accept_token(&mut self, token: TokenId, tokenizer: &dyn Tokenizer, ctx_limit: u32) -> Option<FinishReason> {
+    /// Generated tokens not yet in the KV cache, which the next step feeds: the last sampled
+    /// one, and after it any tokens a constraint forced.
+    pub fn uncached_generated(&self) -> &[TokenId] {
+        let in_kv = (self.cached as usize).saturating_sub(self.request.prompt.len());
+        &self.generated_ids[in_kv.min(self.generated_ids.len())..]
+    }
+
+    /// Before sampling: the tokens its constraint allows now (`None`: unconstrained).
+    pub fn constraint_mask(&mut self) -> Result<Option<toktrie::SimpleVob>, String> {
+        self.request.constraint.as_mut().map(SequenceConstraint::mask).transpose()
+    }
+
+    /// Handles a freshly sampled token, and under a constraint the tokens it forces after
+    /// it; returns the finish reason if this ends the request, an error if the constraint
+    /// broke.
+    pub fn accept_token(
+        &mut self,
+        token: TokenId,
+        tokenizer: &dyn Tokenizer,
+        ctx_limit: u32,
+        counters: &ConstraintCounters,
+    ) -> Result<Option<FinishReason>, String> {
+        let Some(constraint) = self.request.constraint.as_mut() else {
+            return Ok(self.push_generated(token, tokenizer, ctx_limit));
+        };
+        // End of generation ends it: the mask allowed it only where the output may end.
+        let advance = if tokenizer.is_end_of_generation(token) {
+            Advance::Continue(Vec::new())
+        } else {
+            constraint.advance(token)?
+        };
+        let forced = match &advance {
+            Advance::Continue(forced) => forced.as_slice(),
+            Advance::Complete => &[],
+        };
+        counters.record_tokens(1, forced.len() as u64);
+        for &t in std::iter::once(&token).chain(forced) {
+            if let Some(reason) = self.push_generated(t, tokenizer, ctx_limit) {
+                return Ok(Some(reason));
+            }
+        }
+        let complete = advance == Advance::Complete
+            || self.request.constraint.as_ref().is_some_and(SequenceConstraint::is_complete);
+        if complete {
+            self.flush_text();
+            return Ok(Some(FinishReason::Stop));
+        }
+        Ok(None)
+    }
+
+    /// Sends whatever text is held back (a constraint's output is complete).
+    fn flush_text(&mut self) {
+        if let Some((text, token_ids)) = self.text.finish() {
+            self.send_text(text, token_ids);
+        }
+    }
+
+    /// One generated token: counted, streamed as text; the finish reason if it ends here.
+    fn push_generated(&mut self, token: TokenId, tokenizer: &dyn Tokenizer, ctx_limit: u32) -> Option<FinishReason> {
         self.generated += 1;
         self.last_token = Some(token);
         self.generated_ids.push(token);
         self.first_token_at.get_or_insert_with(Instant::now);
 
-        if !self.request.ignore_eos && tokenizer.is_end_of_generation(token) {
+        let ignore_eos = self.request.ignore_eos && self.request.constraint.is_none();
+        if !ignore_eos && tokenizer.is_end_of_generation(token) {
             return Some(FinishReason::Eos);
         }
         self.token_bytes.clear();
@@ -121,8 +182,9 @@ impl Sequence {
                 return Some(FinishReason::Stop);
             }
         }
-        // The next decode would put `token` at position `cached`, which must fit.
-        if self.generated >= self.request.max_tokens || self.cached + 1 >= ctx_limit {
+        // The next decode puts the uncached tokens at positions from `cached` on: they must fit.
+        let next_end = self.cached as usize + self.uncached_generated().len();
+        if self.generated >= self.request.max_tokens || next_end >= ctx_limit as usize {
             return Some(FinishReason::Length);
         }
         None

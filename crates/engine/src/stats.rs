@@ -31,6 +31,8 @@ pub struct EngineStats {
     cancelled: AtomicU64,
     sequences_moved: AtomicU64,
     prefix: PrefixCounters,
+    /// Structured outputs: compiles, cache hits, constrained and forced tokens.
+    pub(crate) constraints: crate::constraint::ConstraintCounters,
     /// When slots come free and what steps cost, for admission's wait predictions.
     pub(crate) forecast: crate::forecast::Forecast,
 }
@@ -71,6 +73,7 @@ impl EngineStats {
             cancelled: AtomicU64::new(0),
             sequences_moved: AtomicU64::new(0),
             prefix: PrefixCounters::default(),
+            constraints: Default::default(),
             forecast: crate::forecast::Forecast::new(0),
         }
     }
@@ -104,6 +107,7 @@ impl EngineStats {
                     host_restore_micros: p.host_restore_micros.load(Relaxed),
                 }
             },
+            constraints: self.constraints.snapshot(),
         }
     }
 

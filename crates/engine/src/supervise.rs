@@ -58,6 +58,7 @@ mod tests {
             sampling: SamplingParams::greedy(),
             stop: Vec::new(),
             ignore_eos: false,
+            constraint: None,
             submitted: Instant::now(),
             events,
         };

@@ -22,24 +22,31 @@ pub struct Admitted {
     pub keep_alive: std::time::Duration,
 }
 
-/// `prompt_param` names the field a prompt-related rejection is about (`prompt` or
-/// `messages`).
+/// The request fields a rejection may be about.
+pub struct Fields {
+    /// Where the prompt came from: `prompt` or `messages`.
+    pub prompt: &'static str,
+    /// Where the output constraint came from (`response_format`, `structured_outputs.json`, ...).
+    pub constraint: Option<String>,
+}
+
 pub async fn admit(
     state: &AppState,
     endpoint: &'static str,
-    prompt_param: &'static str,
+    fields: Fields,
     request: GenerateRequest,
     received: Instant,
 ) -> Result<Admitted, ApiError> {
     let backend = state.ready_backend().inspect_err(|_| metrics::record_rejected("unavailable"))?.clone();
     let log_prompt = state.config.log_prompts.then(|| format!("{:?}", request.prompt));
-    let submitted = if request.prompt.text_len() <= INLINE_PROMPT_BYTES {
+    // A constraint seen for the first time is compiled in `submit`: milliseconds of CPU.
+    let submitted = if request.prompt.text_len() <= INLINE_PROMPT_BYTES && request.constraint.is_none() {
         backend.submit(request)
     } else {
         off_runtime(move || backend.submit(request)).await?
     };
     let stream = submitted.map_err(|rejected| {
-        let error = rejection_error(&rejected, prompt_param);
+        let error = rejection_error(&rejected, &fields);
         metrics::record_rejected(rejection_reason(&rejected));
         tracing::info!(endpoint, status = error.status.as_u16(), reason = %rejected, "request rejected");
         error
@@ -54,7 +61,7 @@ pub async fn admit(
 /// Prompts up to this size are tokenized in place (well under a millisecond).
 const INLINE_PROMPT_BYTES: usize = 16 * 1024;
 
-/// Large tokenizations at once: each takes a blocking thread and a core.
+/// Large tokenizations and grammar compiles at once: each takes a blocking thread and a core.
 static LARGE_TOKENIZATIONS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
 
 /// Runs CPU-heavy prompt work on the blocking pool, at most a few at a time.
@@ -63,7 +70,8 @@ pub async fn off_runtime<T: Send + 'static>(work: impl FnOnce() -> T + Send + 's
     tokio::task::spawn_blocking(work).await.map_err(|_| ApiError::internal("tokenizing the prompt failed"))
 }
 
-fn rejection_error(rejected: &Rejected, prompt_param: &'static str) -> ApiError {
+fn rejection_error(rejected: &Rejected, fields: &Fields) -> ApiError {
+    let prompt_param = fields.prompt;
     let message = rejected.to_string();
     match rejected {
         Rejected::QueueFull { .. } => ApiError::overloaded(message),
@@ -78,6 +86,10 @@ fn rejection_error(rejected: &Rejected, prompt_param: &'static str) -> ApiError 
         }
         Rejected::EmptyPrompt => ApiError::invalid(prompt_param, message).with_code("empty_prompt"),
         Rejected::InvalidRequest(_) => ApiError::invalid(prompt_param, message),
+        Rejected::InvalidConstraint(_) => {
+            ApiError::invalid(fields.constraint.clone().unwrap_or_else(|| "response_format".into()), message)
+                .with_code("invalid_constraint")
+        }
         Rejected::ShuttingDown | Rejected::EngineFailed(_) => ApiError::unavailable(message),
     }
 }
@@ -87,7 +99,7 @@ fn rejection_reason(rejected: &Rejected) -> &'static str {
         Rejected::QueueFull { .. } => "queue_full",
         Rejected::WouldWaitTooLong { .. } => "would_miss_deadline",
         Rejected::ContextOverflow { .. } => "context_overflow",
-        Rejected::EmptyPrompt | Rejected::InvalidRequest(_) => "invalid",
+        Rejected::EmptyPrompt | Rejected::InvalidRequest(_) | Rejected::InvalidConstraint(_) => "invalid",
         Rejected::ShuttingDown | Rejected::EngineFailed(_) => "unavailable",
     }
 }

@@ -16,6 +16,7 @@ mod routes;
 mod shutdown;
 mod sse;
 mod state;
+mod structured;
 
 use std::future::Future;
 use std::sync::Arc;

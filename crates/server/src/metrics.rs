@@ -34,6 +34,13 @@ pub const HOST_CACHE_RESTORES: &str = "rillm_prefix_cache_host_restores_total";
 pub const HOST_CACHE_RESTORE_FAILURES: &str = "rillm_prefix_cache_host_restore_failures_total";
 pub const HOST_CACHE_RESTORED_TOKENS: &str = "rillm_prefix_cache_host_restored_tokens_total";
 pub const HOST_CACHE_RESTORE_SECONDS: &str = "rillm_prefix_cache_host_restore_seconds";
+pub const STRUCTURED_COMPILES: &str = "rillm_structured_compiles_total";
+pub const STRUCTURED_COMPILE_FAILURES: &str = "rillm_structured_compile_failures_total";
+pub const STRUCTURED_COMPILE_SECONDS: &str = "rillm_structured_compile_seconds";
+pub const STRUCTURED_CACHE_HITS: &str = "rillm_structured_cache_hits_total";
+/// Tokens generated under a constraint; of them, those jump-forward forced.
+pub const STRUCTURED_TOKENS: &str = "rillm_structured_tokens_total";
+pub const STRUCTURED_FORCED_TOKENS: &str = "rillm_structured_forced_tokens_total";
 
 const LATENCY_BUCKETS: &[f64] =
     &[0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0];
@@ -71,6 +78,7 @@ pub fn render(backend: Option<&dyn Backend>) -> String {
         }
         counter!(SEQUENCES_MOVED, "model_name" => model.clone()).absolute(stats.sequences_moved);
         render_prefix_cache(&model, &stats.prefix);
+        render_structured(&model, &stats.constraints);
     }
     handle.run_upkeep();
     handle.render()
@@ -99,6 +107,21 @@ fn render_prefix_cache(model: &str, p: &rillm_backend::PrefixCacheSnapshot) {
         gauge!(name, "model_name" => model.to_string()).set(value as f64);
     }
     gauge!(HOST_CACHE_RESTORE_SECONDS, "model_name" => model.to_string()).set(p.host_restore_micros as f64 / 1e6);
+}
+
+/// Structured outputs: compiles and their cache, and how many tokens jump-forward forced.
+fn render_structured(model: &str, c: &rillm_backend::ConstraintSnapshot) {
+    let counters = [
+        (STRUCTURED_COMPILES, c.compiles),
+        (STRUCTURED_COMPILE_FAILURES, c.compile_failures),
+        (STRUCTURED_CACHE_HITS, c.cache_hits),
+        (STRUCTURED_TOKENS, c.constrained_tokens),
+        (STRUCTURED_FORCED_TOKENS, c.forced_tokens),
+    ];
+    for (name, value) in counters {
+        counter!(name, "model_name" => model.to_string()).absolute(value);
+    }
+    gauge!(STRUCTURED_COMPILE_SECONDS, "model_name" => model.to_string()).set(c.compile_micros as f64 / 1e6);
 }
 
 /// Histograms keep every sample until upkeep folds them in, which a scrape does; without

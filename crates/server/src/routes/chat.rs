@@ -17,6 +17,7 @@ use crate::openai::{
 };
 use crate::sse::{json_event, StreamFormat};
 use crate::state::AppState;
+use crate::structured::{constrain, refuse_unknown_fields, ConstraintFields};
 
 #[derive(Debug, Deserialize)]
 pub struct ChatBody {
@@ -39,6 +40,11 @@ pub struct ChatBody {
     #[serde(default)]
     logprobs: bool,
     tools: Option<Vec<Value>>,
+    #[serde(flatten)]
+    constraints: ConstraintFields,
+    /// Everything else the client sent: refused by name unless it changes nothing.
+    #[serde(flatten)]
+    other: serde_json::Map<String, Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -110,12 +116,14 @@ pub async fn chat_completions(
     state.check_model(body.model.as_deref())?;
     reject_if(body.logprobs, "logprobs")?;
     reject_if(body.tools.as_ref().is_some_and(|t| !t.is_empty()), "tools")?;
+    refuse_unknown_fields(&body.other)?;
+    let constraint = body.constraints.into_constraint()?;
     let messages = messages(body.messages)?;
     let (max_tokens, max_tokens_param) = match (body.max_completion_tokens, body.max_tokens) {
         (Some(n), _) => (Some(n), "max_completion_tokens"),
         (None, n) => (n, "max_tokens"),
     };
-    let request = GenerationParams {
+    let mut request = GenerationParams {
         max_tokens,
         max_tokens_param,
         // Unset means "until end of turn or the context is full", as in vLLM.
@@ -132,7 +140,8 @@ pub async fn chat_completions(
         frequency_penalty: body.frequency_penalty,
     }
     .into_request(Prompt::Chat(messages))?;
-    let admitted = admit(&state, "chat", "messages", request, received).await?;
+    let fields = constrain(&mut request, constraint, "messages");
+    let admitted = admit(&state, "chat", fields, request, received).await?;
     let format = ChatFormat(ResponseMeta::new("chatcmpl", &admitted, &state, body.stream_options));
     respond(admitted, format, body.stream, |f, text, done| {
         f.0.object(

@@ -17,6 +17,7 @@ use crate::openai::{
 };
 use crate::sse::{json_event, StreamFormat};
 use crate::state::AppState;
+use crate::structured::{constrain, refuse_unknown_fields, ConstraintFields};
 
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
@@ -49,6 +50,11 @@ pub struct CompletionBody {
     #[serde(default)]
     echo: bool,
     best_of: Option<i64>,
+    #[serde(flatten)]
+    constraints: ConstraintFields,
+    /// Everything else the client sent: refused by name unless it changes nothing.
+    #[serde(flatten)]
+    other: serde_json::Map<String, Value>,
 }
 
 /// OpenAI's default for completions.
@@ -63,6 +69,8 @@ pub async fn completions(
     reject_if(body.logprobs.as_ref().is_some_and(|v| !v.is_null()), "logprobs")?;
     reject_if(body.echo, "echo")?;
     reject_if(body.best_of.is_some_and(|b| b != 1), "best_of")?;
+    refuse_unknown_fields(&body.other)?;
+    let constraint = body.constraints.into_constraint()?;
     let prompt = match body.prompt {
         PromptInput::One(p) => p,
         PromptInput::Many(mut list) if list.len() == 1 => list.remove(0),
@@ -76,7 +84,7 @@ pub async fn completions(
     if prompt.is_empty() {
         return Err(ApiError::invalid("prompt", "`prompt` must not be empty"));
     }
-    let request = GenerationParams {
+    let mut request = GenerationParams {
         max_tokens: body.max_tokens,
         max_tokens_param: "max_tokens",
         default_max_tokens: Some(DEFAULT_MAX_TOKENS),
@@ -92,7 +100,8 @@ pub async fn completions(
         frequency_penalty: body.frequency_penalty,
     }
     .into_request(Prompt::Text(prompt))?;
-    let admitted = admit(&state, "completions", "prompt", request, received).await?;
+    let fields = constrain(&mut request, constraint, "prompt");
+    let admitted = admit(&state, "completions", fields, request, received).await?;
     let format = CompletionFormat(ResponseMeta::new("cmpl", &admitted, &state, body.stream_options));
     respond(admitted, format, body.stream, |f, text, done| {
         f.0.object(

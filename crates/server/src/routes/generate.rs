@@ -18,6 +18,7 @@ use crate::json::JsonBody;
 use crate::openai::{usage_json, GenerationParams, StopInput};
 use crate::sse::{json_event, sse_response, StreamFormat};
 use crate::state::AppState;
+use crate::structured::{constrain, ConstraintFields};
 
 #[derive(Debug, Deserialize)]
 pub struct GenerateBody {
@@ -33,6 +34,9 @@ pub struct GenerateBody {
     #[serde(default)]
     chat: bool,
     ignore_eos: Option<bool>,
+    /// The same constraint fields as the OpenAI endpoints.
+    #[serde(flatten)]
+    constraints: ConstraintFields,
 }
 
 const DEFAULT_MAX_TOKENS: u32 = 128;
@@ -54,7 +58,8 @@ pub async fn generate(
     };
     let prompt =
         if body.chat { Prompt::Chat(vec![ChatMessage::new("user", body.prompt)]) } else { Prompt::Text(body.prompt) };
-    let request = GenerationParams {
+    let constraint = body.constraints.into_constraint()?;
+    let mut request = GenerationParams {
         max_tokens,
         max_tokens_param,
         default_max_tokens: Some(DEFAULT_MAX_TOKENS),
@@ -69,7 +74,8 @@ pub async fn generate(
         ..GenerationParams::default()
     }
     .into_request(prompt)?;
-    let admitted = admit(&state, "generate", "prompt", request, received).await?;
+    let fields = constrain(&mut request, constraint, "prompt");
+    let admitted = admit(&state, "generate", fields, request, received).await?;
     Ok(sse_response(admitted, GenerateFormat))
 }
 

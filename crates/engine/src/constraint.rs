@@ -1,0 +1,331 @@
+//! Structured outputs: a request's [`Constraint`] compiled into an llguidance matcher, and
+//! what a constrained sequence does at each step.
+//!
+//! Compiling happens in `submit`, on the caller's thread (the server submits constrained
+//! requests from its blocking pool), never on the engine thread, and a compiled constraint
+//! is cached by its text, so a repeated schema costs a clone. On the engine thread a
+//! constrained sequence asks its matcher for the mask of allowed tokens before sampling and
+//! tells it the token sampled. Then it takes the tokens the grammar forces next (the
+//! `{"name": "` of a schema, closing brackets) as generated without sampling them: they go
+//! to the model together with the step that computes the next free choice, not a forward
+//! pass each (jump-forward). That needs a canonical tokenizer env (`llama::grammar_tok_env`).
+
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use llguidance::api::TopLevelGrammar;
+use llguidance::{Matcher, ParserFactory};
+use rillm_backend::{Constraint, ConstraintSnapshot, Rejected};
+use serde_json::{json, Value};
+use toktrie::{SimpleVob, TokEnv};
+
+use crate::runtime::TokenId;
+
+/// Compiled constraints kept for reuse. A compiled JSON schema is a few hundred KB at most.
+const CACHE_ENTRIES: usize = 256;
+
+/// Most forced tokens a sequence feeds in one step; the grammar forces the rest one by one
+/// (its mask then allows a single token). Keeps a step within its batch limit.
+pub(crate) const MAX_FORCED_PER_STEP: usize = 32;
+
+/// The layout of JSON output unless a schema's own `x-guidance` says otherwise: the
+/// separators `json.dumps` writes, no other whitespace. Fixed separators are forced tokens
+/// (jump-forward feeds them without a forward pass each); with llguidance's default
+/// flexible whitespace the model samples every separator and may wander into whitespace.
+fn default_json_layout() -> Value {
+    json!({"whitespace_flexible": false, "key_separator": ": ", "item_separator": ", "})
+}
+
+/// Counters for `/metrics`, shared by the compiler and the engine thread.
+#[derive(Debug, Default)]
+pub(crate) struct ConstraintCounters {
+    compiles: AtomicU64,
+    compile_micros: AtomicU64,
+    compile_failures: AtomicU64,
+    cache_hits: AtomicU64,
+    constrained_tokens: AtomicU64,
+    forced_tokens: AtomicU64,
+}
+
+impl ConstraintCounters {
+    pub fn snapshot(&self) -> ConstraintSnapshot {
+        ConstraintSnapshot {
+            compiles: self.compiles.load(Relaxed),
+            compile_micros: self.compile_micros.load(Relaxed),
+            compile_failures: self.compile_failures.load(Relaxed),
+            cache_hits: self.cache_hits.load(Relaxed),
+            constrained_tokens: self.constrained_tokens.load(Relaxed),
+            forced_tokens: self.forced_tokens.load(Relaxed),
+        }
+    }
+
+    pub fn record_tokens(&self, sampled: u64, forced: u64) {
+        self.constrained_tokens.fetch_add(sampled + forced, Relaxed);
+        self.forced_tokens.fetch_add(forced, Relaxed);
+    }
+}
+
+/// Turns constraints into fresh matchers, one per request.
+pub(crate) struct GrammarCompiler {
+    factory: ParserFactory,
+    /// Keyed by the constraint's kind and text; values are matchers that consumed nothing.
+    cache: Mutex<lru::LruCache<String, Matcher>>,
+}
+
+impl GrammarCompiler {
+    /// `tok_env` is the model's vocabulary as llguidance sees it; built once per model.
+    pub fn new(tok_env: &TokEnv) -> Result<Self, String> {
+        let mut factory = ParserFactory::new_simple(tok_env).map_err(|e| e.to_string())?;
+        // Warnings and errors come back to the caller in the 400, not on stderr.
+        factory.quiet();
+        let entries = NonZeroUsize::new(CACHE_ENTRIES).unwrap_or(NonZeroUsize::MIN);
+        Ok(Self { factory, cache: Mutex::new(lru::LruCache::new(entries)) })
+    }
+
+    /// A matcher for `constraint` at the start of generation. Costs a clone when the same
+    /// constraint was compiled before; else a compile, bounded by llguidance's parser limits.
+    pub fn matcher(&self, constraint: &Constraint, counters: &ConstraintCounters) -> Result<Matcher, Rejected> {
+        let grammar = grammar_for(constraint)?;
+        let key = cache_key(constraint, &grammar);
+        if let Some(matcher) = self.lock_cache().get(&key) {
+            counters.cache_hits.fetch_add(1, Relaxed);
+            return Ok(matcher.clone());
+        }
+        let started = Instant::now();
+        let matcher = Matcher::new(self.factory.create_parser(grammar));
+        counters.compile_micros.fetch_add(started.elapsed().as_micros() as u64, Relaxed);
+        if let Some(error) = matcher.get_error() {
+            counters.compile_failures.fetch_add(1, Relaxed);
+            return Err(Rejected::InvalidConstraint(format!(
+                "the {} could not be compiled: {error}",
+                constraint.kind()
+            )));
+        }
+        counters.compiles.fetch_add(1, Relaxed);
+        self.lock_cache().put(key, matcher.clone());
+        Ok(matcher)
+    }
+
+    fn lock_cache(&self) -> std::sync::MutexGuard<'_, lru::LruCache<String, Matcher>> {
+        self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The llguidance grammar of a constraint.
+fn grammar_for(constraint: &Constraint) -> Result<TopLevelGrammar, Rejected> {
+    let invalid = |m: String| Rejected::InvalidConstraint(m);
+    Ok(match constraint {
+        Constraint::JsonSchema(schema) => TopLevelGrammar::from_json_schema(with_default_layout(schema.clone())),
+        Constraint::JsonObject => TopLevelGrammar::from_json_schema(with_default_layout(json!({"type": "object"}))),
+        Constraint::Regex(regex) => {
+            regex_syntax::Parser::new().parse(regex).map_err(|e| invalid(format!("the regex is not valid: {e}")))?;
+            TopLevelGrammar::from_regex(regex)
+        }
+        Constraint::Choice(choices) => {
+            if choices.is_empty() {
+                return Err(invalid("the choice list is empty".into()));
+            }
+            let alternatives: Vec<String> = choices.iter().map(|c| regex_syntax::escape(c)).collect();
+            TopLevelGrammar::from_regex(&format!("(?:{})", alternatives.join("|")))
+        }
+        Constraint::Lark(grammar) => TopLevelGrammar::from_lark(grammar.clone()),
+    })
+}
+
+/// A schema without its own `x-guidance` gets the default layout; a non-object schema
+/// (`true`) is left as it is.
+fn with_default_layout(mut schema: Value) -> Value {
+    if let Some(object) = schema.as_object_mut() {
+        object.entry("x-guidance").or_insert_with(default_json_layout);
+    }
+    schema
+}
+
+fn cache_key(constraint: &Constraint, grammar: &TopLevelGrammar) -> String {
+    let text = serde_json::to_string(grammar).unwrap_or_default();
+    format!("{}\u{0}{text}", constraint.kind())
+}
+
+/// What a constrained sequence carries from step to step.
+pub(crate) struct SequenceConstraint {
+    matcher: Matcher,
+}
+
+impl std::fmt::Debug for SequenceConstraint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SequenceConstraint").field("stopped", &self.matcher.is_stopped()).finish()
+    }
+}
+
+/// What the grammar says after a token.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Advance {
+    /// Generation goes on; these tokens are forced next (possibly none).
+    Continue(Vec<TokenId>),
+    /// The output is complete: nothing may follow it.
+    Complete,
+}
+
+impl SequenceConstraint {
+    pub fn new(matcher: Matcher) -> Self {
+        Self { matcher }
+    }
+
+    /// Tokens the model may sample now (end-of-generation only where the output may end).
+    pub fn mask(&mut self) -> Result<SimpleVob, String> {
+        let mask = self.matcher.compute_mask().map_err(|e| grammar_error(&e.to_string()))?;
+        if mask.is_zero() {
+            return Err(grammar_error("no token can continue the output"));
+        }
+        Ok(mask)
+    }
+
+    /// Takes the sampled `token` and whatever the grammar forces after it.
+    pub fn advance(&mut self, token: TokenId) -> Result<Advance, String> {
+        self.matcher.consume_token(token).map_err(|e| grammar_error(&e.to_string()))?;
+        if self.matcher.is_stopped() {
+            return Ok(Advance::Complete);
+        }
+        let mut forced = self.matcher.compute_ff_tokens();
+        forced.truncate(MAX_FORCED_PER_STEP);
+        if !forced.is_empty() {
+            self.matcher.consume_tokens(&forced).map_err(|e| grammar_error(&e.to_string()))?;
+        }
+        Ok(Advance::Continue(forced))
+    }
+
+    /// After forced tokens: is the output complete?
+    pub fn is_complete(&self) -> bool {
+        self.matcher.is_stopped()
+    }
+}
+
+fn grammar_error(detail: &str) -> String {
+    format!("constrained decoding failed: {detail}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use toktrie::{TokRxInfo, TokTrie, TokenizerEnv};
+
+    /// A byte-level vocabulary (token i is byte i, plus an end token), canonical, so
+    /// llguidance forces tokens as it does with the real model's env.
+    fn byte_env() -> TokEnv {
+        struct Bytes(TokTrie);
+        impl TokenizerEnv for Bytes {
+            fn tok_trie(&self) -> &TokTrie {
+                &self.0
+            }
+            fn tokenize_bytes(&self, s: &[u8]) -> Vec<u32> {
+                s.iter().map(|&b| u32::from(b)).collect()
+            }
+        }
+        let mut words: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+        words.push(b"\xFF<end>".to_vec());
+        let info = TokRxInfo::new(words.len() as u32, 256);
+        Arc::new(Bytes(TokTrie::from(&info, &words)))
+    }
+
+    fn run(constraint: &Constraint, pick: impl Fn(&SimpleVob) -> u32) -> (String, usize, usize) {
+        let compiler = GrammarCompiler::new(&byte_env()).expect("factory");
+        let counters = ConstraintCounters::default();
+        let mut seq = SequenceConstraint::new(compiler.matcher(constraint, &counters).expect("compiles"));
+        let (mut out, mut sampled, mut forced_count) = (Vec::new(), 0, 0);
+        for _ in 0..200 {
+            let mask = seq.mask().expect("mask");
+            let token = pick(&mask);
+            if token == 256 {
+                break;
+            }
+            sampled += 1;
+            out.push(token as u8);
+            match seq.advance(token).expect("advance") {
+                Advance::Complete => break,
+                Advance::Continue(forced) => {
+                    forced_count += forced.len();
+                    out.extend(forced.iter().map(|&t| t as u8));
+                    if seq.is_complete() {
+                        break;
+                    }
+                }
+            }
+        }
+        (String::from_utf8(out).expect("utf8"), sampled, forced_count)
+    }
+
+    #[test]
+    fn a_schema_forces_its_keys_and_separators() {
+        let schema = json!({"type": "object", "properties": {"name": {"type": "string"}, "ok": {"type": "boolean"}},
+            "required": ["name", "ok"], "additionalProperties": false});
+        // `"` where allowed (strings close at once), else the lowest allowed byte (`f`alse).
+        let pick = |m: &SimpleVob| {
+            if m.is_allowed(u32::from(b'"')) {
+                u32::from(b'"')
+            } else {
+                m.first_bit_set().expect("some token") as u32
+            }
+        };
+        let (text, sampled, forced) = run(&Constraint::JsonSchema(schema), pick);
+        let value: Value = serde_json::from_str(&text).expect(&text);
+        assert_eq!(value, json!({"name": "", "ok": false}), "{text}");
+        assert_eq!(text, r#"{"name": "", "ok": false}"#, "the default layout is json.dumps'");
+        assert!(forced > sampled, "most of the object is forced: {forced} forced, {sampled} sampled ({text})");
+    }
+
+    #[test]
+    fn a_choice_ends_on_one_of_its_strings() {
+        let choice = Constraint::Choice(vec!["yes".into(), "no".into(), "a.b".into()]);
+        let (text, _, _) = run(&choice, |m| m.first_bit_set().expect("some token") as u32);
+        assert_eq!(text, "a.b", "the dot is literal");
+    }
+
+    #[test]
+    fn the_same_constraint_compiles_once() {
+        let compiler = GrammarCompiler::new(&byte_env()).expect("factory");
+        let counters = ConstraintCounters::default();
+        let regex = Constraint::Regex("[0-9]{3}".into());
+        for _ in 0..3 {
+            compiler.matcher(&regex, &counters).expect("compiles");
+        }
+        let snap = counters.snapshot();
+        assert_eq!((snap.compiles, snap.cache_hits), (1, 2));
+    }
+
+    #[test]
+    fn every_schema_the_bench_ships_compiles() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/schemas");
+        let compiler = GrammarCompiler::new(&byte_env()).expect("factory");
+        let counters = ConstraintCounters::default();
+        let mut count = 0;
+        for entry in std::fs::read_dir(&dir).expect("schemas dir") {
+            let path = entry.expect("entry").path();
+            let schema: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("JSON");
+            if let Err(e) = compiler.matcher(&Constraint::JsonSchema(schema), &counters) {
+                panic!("{}: {e}", path.display());
+            }
+            count += 1;
+        }
+        assert!(count >= 30, "{count} schemas");
+    }
+
+    #[test]
+    fn bad_constraints_are_refused_with_the_compilers_reason() {
+        let compiler = GrammarCompiler::new(&byte_env()).expect("factory");
+        let counters = ConstraintCounters::default();
+        for (bad, needle) in [
+            (Constraint::Regex("(unclosed".into()), "regex"),
+            (Constraint::Lark("start: foo".into()), "foo"),
+            (Constraint::JsonSchema(json!({"type": "object", "minProperties": "x"})), "minProperties"),
+            (Constraint::Choice(vec![]), "empty"),
+        ] {
+            match compiler.matcher(&bad, &counters) {
+                Err(Rejected::InvalidConstraint(message)) => assert!(message.contains(needle), "{message}"),
+                other => panic!("{bad:?}: {:?}", other.map(|_| "compiled")),
+            }
+        }
+    }
+}
