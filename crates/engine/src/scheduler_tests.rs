@@ -6,11 +6,13 @@ use std::time::Instant;
 
 use super::Scheduler;
 use crate::chat::ChatTemplate;
+use crate::constraint::test_env::byte_env;
+use crate::constraint::{ConstraintCounters, GrammarCompiler, SequenceConstraint};
 use crate::queue::WaitQueue;
 use crate::runtime::{BatchToken, Executor, RuntimeError, TokenId, Tokenizer};
 use crate::sequence::PendingRequest;
 use crate::stats::EngineStats;
-use rillm_backend::{SamplingParams, StreamEvent};
+use rillm_backend::{Constraint, FinishReason, SamplingParams, StreamEvent};
 
 /// One token per byte; token 0 ends generation.
 struct ByteTokenizer;
@@ -33,8 +35,10 @@ impl Tokenizer for ByteTokenizer {
     }
 }
 
-/// Keeps every batch and move it is given and always samples `x`.
+/// Keeps every batch and move it is given and samples `x`, or under a mask the lowest
+/// token it allows (unless `ignore_masks`).
 struct RecordingExecutor {
+    ignore_masks: bool,
     max_batch_tokens: usize,
     batches: Vec<Vec<BatchToken>>,
     moves: Vec<(usize, usize)>,
@@ -69,8 +73,11 @@ impl Executor for RecordingExecutor {
         Ok(())
     }
     fn start_sequence(&mut self, _seq: usize, _sampling: &SamplingParams, _ban_eog: bool) {}
-    fn sample(&mut self, _seq: usize, _batch_index: usize, _mask: Option<&toktrie::SimpleVob>) -> TokenId {
-        TokenId::from(b'x')
+    fn sample(&mut self, _seq: usize, _batch_index: usize, mask: Option<&toktrie::SimpleVob>) -> TokenId {
+        match mask.and_then(toktrie::SimpleVob::first_bit_set) {
+            Some(allowed) if !self.ignore_masks => allowed as TokenId,
+            _ => TokenId::from(b'x'),
+        }
     }
     fn end_sequence(&mut self, _seq: usize) {}
     fn copy_sequence(&mut self, _src: usize, _dst: usize) {}
@@ -111,6 +118,7 @@ impl Harness {
     fn with_cache(max_running: usize, max_batch_tokens: usize, prefix_caching: bool, host_bytes: usize) -> Self {
         let queue = Arc::new(WaitQueue::new(16, max_running));
         let executor = RecordingExecutor {
+            ignore_masks: false,
             max_batch_tokens,
             batches: Vec::new(),
             moves: Vec::new(),
@@ -151,6 +159,18 @@ impl Harness {
     }
 
     fn submit_n(&mut self, prompt: &str, max_tokens: u32) -> Events {
+        self.submit_constrained(prompt, max_tokens, None)
+    }
+
+    /// Queues a request whose output must match `regex` (over the byte vocabulary).
+    fn submit_regex(&mut self, prompt: &str, max_tokens: u32, regex: &str) -> Events {
+        let compiler = GrammarCompiler::new(&byte_env()).expect("compiler");
+        let constraint = Constraint::Regex(regex.into());
+        let matcher = compiler.matcher(&constraint, &ConstraintCounters::default()).expect("compiles");
+        self.submit_constrained(prompt, max_tokens, Some(SequenceConstraint::new(matcher)))
+    }
+
+    fn submit_constrained(&mut self, prompt: &str, max_tokens: u32, constraint: Option<SequenceConstraint>) -> Events {
         self.next_id += 1;
         let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
         let prompt = ByteTokenizer.tokenize(prompt, false, false);
@@ -162,7 +182,7 @@ impl Harness {
             sampling: SamplingParams::greedy(),
             stop: Vec::new(),
             ignore_eos: false,
-            constraint: None,
+            constraint,
             submitted: Instant::now(),
             events,
         };
@@ -481,4 +501,63 @@ fn widening_the_last_chunk_of_a_prompt_takes_back_no_hits_it_never_had() {
     assert_eq!(cached_tokens(&mut cold), 0);
     let a = PROMPT_A.len() as u64;
     assert_eq!(h.scheduler.stats.snapshot().prefix.hit_tokens, a + 9 - 20, "only A's turn had hits");
+}
+
+/// Every event of a finished request: its text, and the final event.
+fn drain(events: &mut Events) -> (String, rillm_backend::Completion) {
+    let mut text = String::new();
+    while let Ok(event) = events.try_recv() {
+        match event {
+            StreamEvent::Text { text: piece, .. } => text.push_str(&piece),
+            StreamEvent::Finished(done) => return (text, done),
+        }
+    }
+    panic!("no final event; text so far {text:?}");
+}
+
+#[test]
+fn tokens_a_constraint_forces_are_fed_in_one_step_with_one_output_row() {
+    let mut h = Harness::new(2, 64);
+    let mut events = h.submit_regex("q", 50, "hello world [0-9]");
+    let mut plain = h.submit_n("p", 3);
+    h.step(); // both prompts; the constrained one samples `h`, then `ello world ` is forced
+    h.step();
+    let batch = h.scheduler.executor.batches.last().cloned().expect("a batch");
+    let constrained: Vec<&BatchToken> = batch.iter().filter(|t| t.seq == 0).collect();
+    assert_eq!(constrained.len(), "hello world ".len(), "the sampled `h` and the 11 forced tokens together");
+    assert_eq!(constrained.iter().filter(|t| t.logits).count(), 1, "one output row, on the last");
+    assert!(constrained.last().is_some_and(|t| t.logits && t.token == TokenId::from(b' ')));
+    let positions: Vec<u32> = constrained.iter().map(|t| t.pos).collect();
+    assert!(positions.windows(2).all(|w| w[1] == w[0] + 1), "{positions:?}");
+    assert_eq!(batch.iter().filter(|t| t.seq == 1).count(), 1, "the plain stream still decodes one token");
+    h.run_to_idle();
+    let (text, done) = drain(&mut events);
+    assert_eq!(text, "hello world 0");
+    assert_eq!(done.finish_reason, FinishReason::Stop, "the grammar is complete");
+    assert_eq!(done.usage.completion_tokens, 13, "forced tokens are completion tokens");
+    let snap = h.scheduler.stats.snapshot().constraints;
+    assert_eq!((snap.constrained_tokens, snap.forced_tokens), (13, 11));
+    assert_eq!(drain(&mut plain).1.usage.completion_tokens, 3);
+}
+
+#[test]
+fn a_token_the_grammar_refuses_ends_the_request_with_an_error_not_a_hang() {
+    let mut h = Harness::new(1, 64);
+    h.scheduler.executor.ignore_masks = true;
+    let mut events = h.submit_regex("q", 50, "[0-9]+");
+    h.run_to_idle();
+    let (text, done) = drain(&mut events);
+    assert_eq!(done.finish_reason, FinishReason::Error);
+    assert!(done.error.as_deref().is_some_and(|e| e.contains("constrained decoding failed")), "{:?}", done.error);
+    assert!(text.is_empty(), "{text:?}");
+}
+
+#[test]
+fn forced_tokens_stop_at_max_tokens() {
+    let mut h = Harness::new(1, 64);
+    let mut events = h.submit_regex("q", 5, "hello world [0-9]");
+    h.run_to_idle();
+    let (text, done) = drain(&mut events);
+    assert_eq!((text.as_str(), done.finish_reason), ("hello", FinishReason::Length));
+    assert_eq!(done.usage.completion_tokens, 5);
 }

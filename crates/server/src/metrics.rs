@@ -95,9 +95,7 @@ fn render_prefix_cache(model: &str, p: &rillm_backend::PrefixCacheSnapshot) {
         (HOST_CACHE_RESTORE_FAILURES, p.host_restore_failures),
         (HOST_CACHE_RESTORED_TOKENS, p.host_restored_tokens),
     ];
-    for (name, value) in counters {
-        counter!(name, "model_name" => model.to_string()).absolute(value);
-    }
+    set_counters(model, &counters);
     let gauges = [
         (HOST_CACHE_BYTES, p.host_bytes),
         (HOST_CACHE_BUDGET, p.host_budget_bytes),
@@ -118,10 +116,15 @@ fn render_structured(model: &str, c: &rillm_backend::ConstraintSnapshot) {
         (STRUCTURED_TOKENS, c.constrained_tokens),
         (STRUCTURED_FORCED_TOKENS, c.forced_tokens),
     ];
-    for (name, value) in counters {
+    set_counters(model, &counters);
+    gauge!(STRUCTURED_COMPILE_SECONDS, "model_name" => model.to_string()).set(c.compile_micros as f64 / 1e6);
+}
+
+/// Counters the engine keeps itself, published at their current totals.
+fn set_counters(model: &str, counters: &[(&'static str, u64)]) {
+    for &(name, value) in counters {
         counter!(name, "model_name" => model.to_string()).absolute(value);
     }
-    gauge!(STRUCTURED_COMPILE_SECONDS, "model_name" => model.to_string()).set(c.compile_micros as f64 / 1e6);
 }
 
 /// Histograms keep every sample until upkeep folds them in, which a scrape does; without

@@ -167,12 +167,14 @@ fn structured_outputs(outputs: Value) -> Result<(Constraint, String), ApiError> 
             "grammar" => Constraint::Lark(string(value, &param)?),
             "json_object" if value == Value::Bool(true) => Constraint::JsonObject,
             "json_object" if value == Value::Bool(false) => continue,
-            _ => return Err(ApiError::invalid(
-                param,
-                format!(
+            _ => {
+                return Err(ApiError::invalid(
+                    param,
+                    format!(
                     "`{key}` is not supported in `structured_outputs`; use json, regex, choice, grammar or json_object"
                 ),
-            )),
+                ))
+            }
         };
         found.push((constraint, param));
     }

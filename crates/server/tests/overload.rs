@@ -61,10 +61,10 @@ async fn full_queue_answers_429_with_retry_after_and_no_sse() {
     server.wait_metric("vllm:num_requests_waiting", Duration::from_secs(5), |v| v == 1.0).await;
 
     let rejected_before = server.metric("rillm_requests_rejected_total").await;
-    for path in ["/generate", "/v1/completions", "/v1/chat/completions"] {
-        let body =
-            json!({"prompt": "Hi", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "stream": true});
-        let r = server.post(path, body).await;
+    let prompt = json!({"prompt": "Hi", "max_tokens": 4, "stream": true});
+    let chat = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "stream": true});
+    for (path, body) in [("/generate", &prompt), ("/v1/completions", &prompt), ("/v1/chat/completions", &chat)] {
+        let r = server.post(path, body.clone()).await;
         assert_eq!(r.status(), 429, "{path}");
         assert_eq!(r.headers()["retry-after"], "1");
         assert!(r.headers()["content-type"].to_str().unwrap().starts_with("application/json"));

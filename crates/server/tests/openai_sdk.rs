@@ -1,0 +1,46 @@
+//! The official `openai` Python SDK against a real server on loopback: the calls its users
+//! make (`chat.completions.parse()` with a pydantic model, streamed `json_schema`), from
+//! `tests/sdk/`. `scripts/test` installs the SDK into its venv and names the interpreter in
+//! `RILLM_TEST_PYTHON`; without the SDK the test says it skipped, unless
+//! `RILLM_REQUIRE_SDK` is set (CI), when it fails.
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use support::{Options, TestServer};
+
+fn python() -> Option<String> {
+    let python = std::env::var("RILLM_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let has_sdk = std::process::Command::new(&python)
+        .args(["-c", "import openai, pydantic"])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if has_sdk {
+        return Some(python);
+    }
+    assert!(
+        std::env::var_os("RILLM_REQUIRE_SDK").is_none(),
+        "RILLM_REQUIRE_SDK is set but {python} cannot import openai and pydantic"
+    );
+    eprintln!("skipped: {python} has no openai/pydantic (scripts/test installs them); the SDK checks did not run");
+    None
+}
+
+async fn run_script(script: &str) {
+    let Some(python) = python() else { return };
+    let server = TestServer::start(Options { max_running: 4, max_waiting: 16, ctx: 1024, ..Options::default() }).await;
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/sdk").join(script);
+    let run = tokio::process::Command::new(&python).arg(&path).arg(&server.base).kill_on_drop(true).output();
+    let out =
+        tokio::time::timeout(Duration::from_secs(300), run).await.expect("the SDK script finishes").expect("runs");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{script} failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    eprintln!("{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn structured_outputs_through_the_openai_sdk() {
+    run_script("structured_outputs.py").await;
+}
