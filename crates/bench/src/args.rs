@@ -132,6 +132,21 @@ pub struct BenchArgs {
     pub opening_tokens: Option<LengthDist>,
     #[arg(long, default_value_t = 64)]
     pub max_tokens: u32,
+    /// Constraint workload: every request asks for structured output and each output is
+    /// checked (JSON-valid, schema-valid). json_schema takes --schemas, regex --regex,
+    /// choice --choices; json_object, regex and choice prompts are --prompt.
+    #[arg(long, value_enum)]
+    pub response_format: Option<crate::structured::ResponseFormat>,
+    /// A folder of JSON Schema files (*.json), assigned to requests round-robin. Without
+    /// --dataset, --trace or --input-tokens each schema's `description` is its prompt.
+    #[arg(long)]
+    pub schemas: Option<PathBuf>,
+    /// The pattern for --response-format regex.
+    #[arg(long)]
+    pub regex: Option<String>,
+    /// The strings for --response-format choice, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub choices: Vec<String>,
     /// Model name to send (OpenAI protocols); default: the first of the server's /v1/models.
     #[arg(long)]
     pub model: Option<String>,

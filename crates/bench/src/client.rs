@@ -62,6 +62,10 @@ pub struct RequestRecord {
     pub resent: bool,
     /// Which `--url` it went to (0 for the first).
     pub target: usize,
+    /// Why the server ended it, where its stream said (`length`: cut by `max_tokens`).
+    pub finish_reason: Option<String>,
+    /// Constraint workloads: what the check of its output found (completed requests).
+    pub output_check: Option<crate::structured::OutputCheck>,
 }
 
 impl RequestRecord {
@@ -94,6 +98,8 @@ impl RequestRecord {
             tokens_estimated: false,
             resent: false,
             target: 0,
+            finish_reason: None,
+            output_check: None,
         }
     }
 
@@ -240,6 +246,9 @@ async fn exchange(target: &Target<'_>, body: &Value, sent: Instant, record: &mut
             record.take_usage(usage);
         }
         finished |= chunk.finished;
+        if chunk.finish_reason.is_some() {
+            record.finish_reason = chunk.finish_reason;
+        }
         if chunk.end {
             end = true;
             break;

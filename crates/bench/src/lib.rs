@@ -21,6 +21,7 @@ pub mod schedule;
 pub mod session;
 pub mod shard;
 pub mod stats;
+pub mod structured;
 pub mod synth;
 pub mod targets;
 pub mod think;
@@ -144,7 +145,10 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     let pool = per_level.saturating_mul(loads.len()).min(MAX_POOL);
     // With --distinct-prompts a level's share is its N prompts, sent in turn.
     let level_prompts = workload::recurring_per_level(args.distinct_prompts, pool, loads.len()).unwrap_or(per_level);
-    let built = workload::build(&args, protocol, &client, origin(&url), pool, loads.len()).await?;
+    let mut built = workload::build(&args, protocol, &client, origin(&url), pool, loads.len()).await?;
+    if let Some(format) = args.response_format {
+        built = workload::constrain(built, &args, format, protocol).map_err(BenchError::Args)?;
+    }
     if matches!(built.workload, Workload::Sessions(_)) && args.requests.is_some() {
         return Err(BenchError::Args(
             "--requests counts single requests; with sessions say how many with --sessions".into(),

@@ -110,6 +110,11 @@ pub struct RequestJson {
     /// Which `--url` it went to, when there were several (0, the first, is left out).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub target: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<String>,
+    /// Constraint workloads: does the output parse, and is it valid for its constraint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_check: Option<crate::structured::OutputCheck>,
 }
 
 impl RequestJson {
@@ -144,6 +149,8 @@ impl RequestJson {
             sent_ms: r3(r.sent_ms),
             dispatch_lag_ms: r3(r.dispatch_lag_ms()),
             target: r.target,
+            finish_reason: r.finish_reason.clone(),
+            output_check: r.output_check,
         }
     }
 }
@@ -177,6 +184,8 @@ impl RequestJson {
             tokens_estimated: self.completion_tokens_estimated,
             resent: self.resent,
             target: self.target,
+            finish_reason: self.finish_reason.clone(),
+            output_check: self.output_check,
         }
     }
 }
@@ -294,6 +303,9 @@ pub struct BenchResult {
     pub slo_attainment_pct: f64,
     pub latency: Latencies,
     pub tokens: TokenSummary,
+    /// Constraint workloads (`--response-format`): how many outputs were valid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured_outputs: Option<crate::structured::ConstraintSummary>,
     /// Sessions only: TTFT and reuse by turn index (turn 1 against later turns shows
     /// whether the server reuses the conversation's KV).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -446,6 +458,9 @@ pub fn build(facts: RunFacts) -> BenchResult {
         slo_attainment_pct: if records.is_empty() { 0.0 } else { 100.0 * meeting_all as f64 / records.len() as f64 },
         latency,
         tokens: token_summary,
+        structured_outputs: crate::structured::ConstraintSummary::of(
+            done.iter().filter_map(|r| Some((r.output_check?, r.finish_reason.as_deref() == Some("length")))),
+        ),
         per_turn,
         sessions: facts.sessions,
         per_target,

@@ -89,6 +89,10 @@ impl LevelPlan {
         record.index = index;
         record.target = to;
         record.prompt_tokens = record.prompt_tokens.or(spec.prompt_tokens);
+        if let Some(constraint) = spec.constraint.as_ref().filter(|_| record.status == crate::client::Status::Completed)
+        {
+            record.output_check = Some(constraint.check(&record.text));
+        }
         record
     }
 }

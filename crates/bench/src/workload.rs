@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use crate::args::BenchArgs;
 use crate::lengths::LengthDist;
 use crate::protocol::{PromptSpec, Protocol, RequestSpec};
+use crate::structured::{self, ConstraintArgs, ResponseFormat};
 use crate::synth::{PromptLength, PromptPlan, PromptSynth};
 use crate::tokens::TokenCounter;
 use crate::trace::{self, TraceScaling};
@@ -112,6 +113,49 @@ pub async fn build(
     })
 }
 
+/// A constraint workload: every request asks for structured output (`--response-format`),
+/// the constraints taken round-robin. A run that brings no prompts of its own (no dataset,
+/// trace or synthetic prompts) asks each constraint's own question (a schema's description).
+pub fn constrain(built: Built, args: &BenchArgs, format: ResponseFormat, protocol: Protocol) -> Result<Built, String> {
+    let constraints = structured::load(&ConstraintArgs {
+        format,
+        schemas: args.schemas.as_deref(),
+        regex: args.regex.as_deref(),
+        choices: &args.choices,
+        prompt: &args.prompt,
+    })?;
+    crate::protocol::constraint_fields(&constraints[0], protocol)?;
+    let Built { workload, mut description, notes } = built;
+    let own_prompts = description["kind"] != "prompt";
+    let nth = |i: usize| Some(Arc::clone(&constraints[i % constraints.len()]));
+    let workload = match workload {
+        Workload::Sessions(_) => return Err("--response-format does not take session workloads yet".into()),
+        Workload::Requests(specs) if own_prompts => Workload::Requests(
+            specs.into_iter().enumerate().map(|(i, spec)| RequestSpec { constraint: nth(i), ..spec }).collect(),
+        ),
+        Workload::Requests(_) => Workload::Requests(
+            (0..constraints.len())
+                .map(|i| {
+                    let prompt =
+                        PromptSpec::Messages(vec![json!({"role": "user", "content": constraints[i].prompt_text()})]);
+                    RequestSpec { constraint: nth(i), ..RequestSpec::new(prompt, args.max_tokens) }
+                })
+                .collect(),
+        ),
+        Workload::Trace(requests) => Workload::Trace(
+            requests
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| TimedRequest { spec: RequestSpec { constraint: nth(i), ..r.spec }, ..r })
+                .collect(),
+        ),
+    };
+    let names: Vec<&str> = constraints.iter().map(|c| c.name.as_str()).collect();
+    description["constraints"] = json!({"response_format": format, "count": constraints.len(), "names": names,
+        "prompts": if own_prompts { "the workload's" } else { "each constraint's own" }});
+    Ok(Built { workload, description, notes })
+}
+
 fn output_dist(args: &BenchArgs) -> LengthDist {
     args.output_tokens.unwrap_or(LengthDist::fixed(args.max_tokens))
 }
@@ -165,7 +209,7 @@ async fn trace_workload(
         let (prompt, counted) = synth.prompt(&plan, chat).await?;
         requests.push(TimedRequest {
             at_s: r.at_s,
-            spec: RequestSpec { prompt, max_tokens: r.output_tokens, prompt_tokens: counted },
+            spec: RequestSpec { prompt_tokens: counted, ..RequestSpec::new(prompt, r.output_tokens) },
         });
     }
     let notes = prompt_notes(counter, &synth, requests.len(), chat);
@@ -214,7 +258,7 @@ async fn synthetic_requests(
         let length = PromptLength::Content(question + system.map_or(0, |s| s.1));
         let plan = PromptPlan { blocks: Vec::new(), own_seed: i as u64, length, system };
         let (prompt, counted) = synth.prompt(&plan, chat).await?;
-        specs.push(RequestSpec { prompt, max_tokens: output.sample(&mut rng), prompt_tokens: counted });
+        specs.push(RequestSpec { prompt_tokens: counted, ..RequestSpec::new(prompt, output.sample(&mut rng)) });
     }
     let notes = prompt_notes(counter, &synth, specs.len(), chat);
     let description = json!({

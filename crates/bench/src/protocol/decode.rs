@@ -44,6 +44,9 @@ pub struct Chunk {
     pub usage: Option<UsageInfo>,
     /// The server said the generation is over (finish reason, `stop: true`, `generated_text`).
     pub finished: bool,
+    /// Why, where the server said: `length` when `max_tokens` cut it (llama.cpp's `limit`
+    /// included), else its own word (`stop`, `eos`, ...).
+    pub finish_reason: Option<String>,
     /// The stream's own end marker: nothing of interest follows.
     pub end: bool,
     pub error: Option<String>,
@@ -98,6 +101,12 @@ struct Payload<'a> {
     tokens_evaluated: Option<u64>,
     #[serde(default)]
     timings: Option<Timings>,
+    /// rillm `/generate`'s done event.
+    #[serde(default)]
+    finish_reason: Option<Value>,
+    /// llama.cpp native: `eos`, `word` or `limit`.
+    #[serde(default)]
+    stop_type: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -153,6 +162,12 @@ struct Timings {
 
 fn n(x: Option<u64>) -> Option<u32> {
     x.map(|x| x.min(u64::from(u32::MAX)) as u32)
+}
+
+/// A finish reason in one vocabulary: `length` for a cut by the token limit.
+fn reason(value: Option<&Value>) -> Option<String> {
+    let word = value?.as_str()?;
+    Some(if word == "limit" { "length".into() } else { word.to_string() })
 }
 
 fn some_usage(usage: UsageInfo) -> Option<UsageInfo> {
@@ -243,7 +258,7 @@ fn usage(u: Option<UsagePayload>) -> Option<UsageInfo> {
 
 fn generate(event_type: &str, p: Payload) -> Chunk {
     if event_type == "done" {
-        return Chunk { usage: usage(p.usage), ..Chunk::end() };
+        return Chunk { usage: usage(p.usage), finish_reason: reason(p.finish_reason.as_ref()), ..Chunk::end() };
     }
     let tokens = p.token_ids.map(|ids| ids.len() as u32);
     let text = p.text.map(Cow::into_owned).or_else(|| p.token.as_ref().and_then(Value::as_str).map(str::to_string));
@@ -253,7 +268,8 @@ fn generate(event_type: &str, p: Payload) -> Chunk {
 fn openai(p: Payload) -> Chunk {
     let mut chunk = Chunk { usage: usage(p.usage), ..Chunk::default() };
     if let Some(choice) = p.choices.and_then(|c| c.into_iter().next()) {
-        chunk.finished = choice.finish_reason.is_some_and(|f| !f.is_null());
+        chunk.finished = choice.finish_reason.as_ref().is_some_and(|f| !f.is_null());
+        chunk.finish_reason = reason(choice.finish_reason.as_ref());
         if let Some(text) = choice.text {
             chunk.text = text.into_owned();
         }
@@ -291,6 +307,7 @@ fn llamacpp(p: Payload) -> Chunk {
     if p.stop == Some(true) {
         chunk.finished = true;
         chunk.end = true;
+        chunk.finish_reason = reason(p.stop_type.map(Value::String).as_ref());
         chunk.usage = some_usage(UsageInfo {
             completion_tokens: n(p.tokens_predicted),
             prompt_tokens: n(p.tokens_evaluated),
@@ -318,7 +335,7 @@ mod tests {
         assert_eq!(one(g, "message", r#"{"text":"hi","token_ids":[1,2]}"#), Chunk { tokens: Some(2), ..text("hi") });
         assert_eq!(
             one(g, "done", r#"{"finish_reason":"length","usage":{"completion_tokens":9}}"#),
-            Chunk { usage: Some(UsageInfo::completion(9)), ..Chunk::end() }
+            Chunk { usage: Some(UsageInfo::completion(9)), finish_reason: Some("length".into()), ..Chunk::end() }
         );
         assert_eq!(one(g, "error", r#"{"error":{"message":"boom"}}"#).error.as_deref(), Some("boom"));
         assert_eq!(one(g, "error", "not json at all").error.as_deref(), Some("not json at all"));
@@ -334,7 +351,8 @@ mod tests {
             Some(UsageInfo { completion_tokens: Some(4), prompt_tokens: Some(50), cached_tokens: Some(32) })
         );
         assert_eq!(one(c, "message", "[DONE]"), Chunk::end());
-        assert!(one(c, "message", r#"{"choices":[{"text":"","finish_reason":"length"}]}"#).finished);
+        let cut = one(c, "message", r#"{"choices":[{"text":"","finish_reason":"length"}]}"#);
+        assert!(cut.finished && cut.finish_reason.as_deref() == Some("length"));
         let ch = Protocol::Chat;
         assert!(!one(ch, "message", r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#).is_content());
         assert_eq!(one(ch, "message", r#"{"choices":[{"delta":{"content":"x"}}],"usage":null}"#), text("x"));
@@ -412,6 +430,8 @@ mod tests {
             last.usage,
             Some(UsageInfo { completion_tokens: Some(8), prompt_tokens: Some(20), cached_tokens: Some(16) })
         );
+        let limit = one(l, "", r#"{"content":"","stop":true,"stop_type":"limit","tokens_predicted":8}"#);
+        assert_eq!(limit.finish_reason.as_deref(), Some("length"), "llama.cpp's limit is a cut by n_predict");
     }
 
     #[test]

@@ -6,6 +6,8 @@ mod decode;
 pub use decode::{Chunk, StreamDecoder, UsageInfo};
 use serde_json::{json, Value};
 
+use crate::structured::{OutputConstraint, ResponseFormat};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {
@@ -61,11 +63,13 @@ pub struct RequestSpec {
     pub max_tokens: u32,
     /// The prompt's tokens as the benchmark counted them, when it could.
     pub prompt_tokens: Option<u32>,
+    /// Constraint workloads: what the output must be, asked for in the body and checked.
+    pub constraint: Option<std::sync::Arc<OutputConstraint>>,
 }
 
 impl RequestSpec {
     pub fn new(prompt: PromptSpec, max_tokens: u32) -> Self {
-        Self { prompt, max_tokens, prompt_tokens: None }
+        Self { prompt, max_tokens, prompt_tokens: None, constraint: None }
     }
 }
 
@@ -151,10 +155,41 @@ pub fn request_body(protocol: Protocol, spec: &RequestSpec, opts: &BodyOptions) 
         (Some(t), _) => sampling["temperature"] = json!(t),
         (None, _) => {}
     }
+    // The run checked at its start that the protocol can carry the constraint.
+    if let Some(fields) = spec.constraint.as_ref().and_then(|c| constraint_fields(c, protocol).ok()) {
+        merge(&mut body, &fields);
+    }
     if let Some(extra) = &opts.extra {
         merge(&mut body, extra);
     }
     body
+}
+
+/// The body fields that ask `protocol`'s engine for an output constraint, or why it can't.
+/// OpenAI protocols get OpenAI's `response_format` for JSON and vLLM's `structured_outputs`
+/// for regex and choice (rillm reads both, on `/generate` too); llama.cpp's native endpoint
+/// its `json_schema`; TGI its `grammar`.
+pub fn constraint_fields(c: &OutputConstraint, protocol: Protocol) -> Result<Value, String> {
+    Ok(match (protocol, c.format()) {
+        (Protocol::Chat | Protocol::Completions | Protocol::Generate, format) => match format {
+            ResponseFormat::JsonSchema => json!({"response_format": {"type": "json_schema",
+                "json_schema": {"name": c.name, "schema": c.schema(), "strict": true}}}),
+            ResponseFormat::JsonObject => json!({"response_format": {"type": "json_object"}}),
+            ResponseFormat::Regex => json!({"structured_outputs": {"regex": c.pattern()}}),
+            ResponseFormat::Choice => json!({"structured_outputs": {"choice": c.choices()}}),
+        },
+        (Protocol::Llamacpp, ResponseFormat::JsonSchema) => json!({"json_schema": c.schema()}),
+        (Protocol::Llamacpp, ResponseFormat::JsonObject) => json!({"json_schema": {"type": "object"}}),
+        (Protocol::Tgi, ResponseFormat::JsonSchema) => {
+            json!({"parameters": {"grammar": {"type": "json", "value": c.schema()}}})
+        }
+        (Protocol::Tgi, ResponseFormat::Regex) => {
+            json!({"parameters": {"grammar": {"type": "regex", "value": c.pattern()}}})
+        }
+        (_, format) => {
+            return Err(format!("--response-format {format:?} is not supported over the {protocol:?} protocol"))
+        }
+    })
 }
 
 /// Merges `extra` into `base`: objects key by key, anything else replaces.

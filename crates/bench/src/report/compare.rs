@@ -44,6 +44,18 @@ const METRICS: &[Metric] = &[
     Metric { name: "E2E p50 ms", better: Better::Lower, digits: 1, get: |r| r.latency.e2e_ms.map(|d| d.p50) },
     Metric { name: "E2E p99 ms", better: Better::Lower, digits: 1, get: |r| r.latency.e2e_ms.map(|d| d.p99) },
     Metric { name: "prefix-cache hit %", better: Better::Higher, digits: 1, get: |r| r.tokens.prefix_cache_hit_pct },
+    Metric {
+        name: "valid outputs % of finished",
+        better: Better::Higher,
+        digits: 1,
+        get: |r| r.structured_outputs.and_then(|s| s.valid_pct_of_finished),
+    },
+    Metric {
+        name: "outputs cut by max_tokens",
+        better: Better::Lower,
+        digits: 0,
+        get: |r| r.structured_outputs.map(|s| s.cut_by_length as f64),
+    },
 ];
 
 /// Ratios within this of 1 are called even: these machines are noisier than that anyway.

@@ -150,6 +150,11 @@ fn level_section(body: &mut String, r: &BenchResult, is_knee: bool) {
     card(body, "throughput req/s", &format!("{:.3}", r.throughput_rps), false);
     card(body, "output tok/s", &num(r.output_tokens_per_s, 1), false);
     card(body, "prefix-cache hit", &num(r.tokens.prefix_cache_hit_pct, 1).replace("n/a", "not reported"), false);
+    if let Some(s) = &r.structured_outputs {
+        let valid = format!("{} of {} ({} %)", s.valid, s.finished, num(s.valid_pct_of_finished, 1));
+        card(body, "valid outputs (finished)", &valid, s.valid < s.finished);
+        card(body, "cut by max_tokens", &s.cut_by_length.to_string(), s.cut_by_length > 0);
+    }
     body.push_str("</div>");
     warning(body, "What these figures are, and are not", &r.limits);
     latency_table(body, r);

@@ -65,6 +65,18 @@ pub fn summary(levels: &[BenchResult]) -> String {
             opt(t.prefix_cache_hit_pct, " %"),
             t.requests_reporting_cached_tokens
         );
+        if let Some(s) = &r.structured_outputs {
+            let _ = writeln!(
+                out,
+                "  structured outputs: {} of {} finished outputs valid ({}), {} parse; {} cut by max_tokens, {} completed in all",
+                s.valid,
+                s.finished,
+                opt(s.valid_pct_of_finished, " %"),
+                s.parsed,
+                s.cut_by_length,
+                s.checked
+            );
+        }
         if let Some(turns) = &r.per_turn {
             let _ = writeln!(
                 out,

@@ -1,0 +1,118 @@
+//! Constraint workloads through the `rillm bench` binary against `rillm serve` on the real
+//! model: every request asks for structured output, and the result says how many outputs
+//! were valid, request by request and in all.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+mod support;
+
+use support::{serial, Server, BIN};
+
+fn bench(args: &[&str], name: &str) -> Value {
+    let out = std::env::temp_dir().join(format!("rillm-structured-{}-{name}.json", std::process::id()));
+    let status =
+        Command::new(BIN).arg("bench").args(args).arg("--output").arg(&out).stdout(Stdio::null()).status().unwrap();
+    assert!(status.success(), "rillm bench {args:?}");
+    let result = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let _ = std::fs::remove_file(out);
+    result
+}
+
+#[test]
+fn a_json_schema_workload_checks_every_output_against_its_schema() {
+    let _serial = serial();
+    let server = Server::start(1024, &[]);
+    let schemas = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/schemas");
+    let url = server.url("/v1/chat/completions");
+    let args = [
+        "--url",
+        &url,
+        "--response-format",
+        "json_schema",
+        "--schemas",
+        schemas.to_str().unwrap(),
+        "--requests",
+        "32",
+        "--concurrency",
+        "4",
+        "--max-tokens",
+        "300",
+        "--temperature",
+        "0",
+    ];
+    let result = bench(&args, "schema");
+    let summary = &result["structured_outputs"];
+    let (checked, finished, valid) = (
+        summary["checked"].as_u64().unwrap(),
+        summary["finished"].as_u64().unwrap(),
+        summary["valid"].as_u64().unwrap(),
+    );
+    assert_eq!(checked, result["completed"].as_u64().unwrap(), "{summary}");
+    assert_eq!(checked, 32, "{summary}");
+    assert_eq!(valid, finished, "every finished output is schema-valid on rillm: {summary}");
+    assert!(finished >= 24, "{summary}");
+    let requests = result["requests"].as_array().unwrap();
+    for r in requests {
+        let check = &r["output_check"];
+        let reason = r["finish_reason"].as_str().unwrap_or_default();
+        assert!(reason == "stop" || reason == "length", "{r}");
+        if reason == "stop" {
+            assert_eq!(check["valid"], true, "{r}");
+        }
+    }
+    let names = result["run_context"]["workload"]["constraints"]["names"].as_array().unwrap();
+    assert!(names.len() >= 30, "the workload names its schemas");
+}
+
+#[test]
+fn choice_and_regex_workloads_over_generate_and_completions() {
+    let _serial = serial();
+    let server = Server::start(512, &[]);
+    let generate = server.url("/generate");
+    let choice = bench(
+        &[
+            "--url",
+            &generate,
+            "--response-format",
+            "choice",
+            "--choices",
+            "yes,no",
+            "--prompt",
+            "Is the sky blue?",
+            "--requests",
+            "4",
+            "--concurrency",
+            "2",
+            "--temperature",
+            "1",
+        ],
+        "choice",
+    );
+    let s = &choice["structured_outputs"];
+    assert_eq!((s["finished"].as_u64(), s["valid"].as_u64()), (Some(4), Some(4)), "{s}");
+    let completions = server.url("/v1/completions");
+    let regex = bench(
+        &[
+            "--url",
+            &completions,
+            "--response-format",
+            "regex",
+            "--regex",
+            "[0-9]{4}-[0-9]{2}-[0-9]{2}",
+            "--prompt",
+            "Today's date:",
+            "--requests",
+            "3",
+            "--concurrency",
+            "1",
+            "--max-tokens",
+            "20",
+        ],
+        "regex",
+    );
+    let s = &regex["structured_outputs"];
+    assert_eq!((s["finished"].as_u64(), s["valid"].as_u64()), (Some(3), Some(3)), "{s}");
+}
