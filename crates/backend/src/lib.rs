@@ -17,7 +17,7 @@ mod stream;
 pub use rejected::Rejected;
 pub use request::{
     ChatMessage, Completion, Constraint, FinishReason, GenerateRequest, Prompt, SamplingParams, ServerTimings,
-    StreamEvent, TokenId, Usage,
+    StreamEvent, TokenId, TokenLogprob, TopLogprob, Usage,
 };
 pub use stats::{CacheLayout, ConstraintSnapshot, PrefixCacheSnapshot, StatsSnapshot};
 pub use stream::RequestStream;

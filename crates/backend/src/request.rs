@@ -108,6 +108,9 @@ pub struct GenerateRequest {
     pub ignore_eos: bool,
     /// Structured output: what the generated text must match.
     pub constraint: Option<Constraint>,
+    /// Report each generated token's log-probability with this many most likely
+    /// alternatives (0: the token's own only); `None`: no log-probabilities.
+    pub logprobs: Option<u32>,
 }
 
 impl GenerateRequest {
@@ -119,6 +122,7 @@ impl GenerateRequest {
             stop: Vec::new(),
             ignore_eos: false,
             constraint: None,
+            logprobs: None,
         }
     }
 
@@ -151,12 +155,33 @@ impl GenerateRequest {
     }
 }
 
+/// A generated token's log-probability under the model's raw distribution: the
+/// log-softmax of its logits, before temperature, top-k/top-p and constraint masks (vLLM's
+/// default), with the most likely alternatives at that position.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    pub token: TokenId,
+    /// The token's bytes (not always whole UTF-8).
+    pub bytes: Vec<u8>,
+    pub logprob: f32,
+    /// Most likely first.
+    pub top: Vec<TopLogprob>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopLogprob {
+    pub token: TokenId,
+    pub bytes: Vec<u8>,
+    pub logprob: f32,
+}
+
 /// One event of a request's stream.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StreamEvent {
     /// New text, with the ids of the tokens it came from. Text is always whole UTF-8
     /// characters; ids of tokens whose bytes are still held back arrive with a later piece.
-    Text { text: String, token_ids: Vec<TokenId> },
+    /// `logprobs` has one entry per id when the request asked for them, else none.
+    Text { text: String, token_ids: Vec<TokenId>, logprobs: Vec<TokenLogprob> },
     /// The last event.
     Finished(Completion),
 }

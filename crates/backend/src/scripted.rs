@@ -164,7 +164,7 @@ impl Shared {
                 }
                 let id = job.generated as TokenId;
                 let text = if id == 0 { "w0".to_string() } else { format!(" w{id}") };
-                let _ = job.events.send(StreamEvent::Text { text, token_ids: vec![id] });
+                let _ = job.events.send(StreamEvent::Text { text, token_ids: vec![id], logprobs: Vec::new() });
                 job.generated += 1;
                 tokens += 1;
                 if job.generated >= job.max_tokens {

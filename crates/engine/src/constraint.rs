@@ -182,13 +182,14 @@ impl SequenceConstraint {
         Ok(mask)
     }
 
-    /// Takes the sampled `token` and whatever the grammar forces after it.
-    pub fn advance(&mut self, token: TokenId) -> Result<Advance, String> {
+    /// Takes the sampled `token` and, with `jump_forward`, whatever the grammar forces after
+    /// it (without, forced tokens are sampled one by one from a mask that allows only them).
+    pub fn advance(&mut self, token: TokenId, jump_forward: bool) -> Result<Advance, String> {
         self.matcher.consume_token(token).map_err(|e| grammar_error(&e.to_string()))?;
         if self.matcher.is_stopped() {
             return Ok(Advance::Complete);
         }
-        let mut forced = self.matcher.compute_ff_tokens();
+        let mut forced = if jump_forward { self.matcher.compute_ff_tokens() } else { Vec::new() };
         forced.truncate(MAX_FORCED_PER_STEP);
         if !forced.is_empty() {
             self.matcher.consume_tokens(&forced).map_err(|e| grammar_error(&e.to_string()))?;
@@ -249,7 +250,7 @@ mod tests {
             }
             sampled += 1;
             out.push(token as u8);
-            match seq.advance(token).expect("advance") {
+            match seq.advance(token, true).expect("advance") {
                 Advance::Complete => break,
                 Advance::Continue(forced) => {
                     forced_count += forced.len();

@@ -162,6 +162,7 @@ impl Engine {
             stop: request.stop,
             ignore_eos: request.ignore_eos,
             constraint,
+            logprobs: request.logprobs,
             submitted: Instant::now(),
             events,
         };

@@ -42,5 +42,5 @@ pub use text_stream::{TextPiece, TextStream};
 pub use rillm_backend::{
     Backend, ChatMessage, Completion, Constraint, ConstraintSnapshot, FinishReason, GenerateRequest, Health,
     PrefixCacheSnapshot, Prompt, Rejected, RequestStream, SamplingParams, ServerTimings, StatsSnapshot, StreamEvent,
-    TokenId, Usage,
+    TokenId, TokenLogprob, TopLogprob, Usage,
 };

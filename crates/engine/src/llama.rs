@@ -109,6 +109,26 @@ impl Tokenizer for LlamaModelHandle {
     }
 }
 
+/// `token`'s log-softmax over `logits`, and the `top` largest entries', most likely first.
+/// Two passes over the row; the top list is kept sorted by insertion (`top` is at most 20).
+fn log_softmax_at(logits: &[f32], token: TokenId, top: usize) -> (f32, Vec<(TokenId, f32)>) {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
+    let log_z = max + sum.ln() as f32;
+    let mut best: Vec<(TokenId, f32)> = Vec::with_capacity(top + 1);
+    if top > 0 {
+        for (i, &l) in logits.iter().enumerate() {
+            if best.len() < top || best.last().is_some_and(|&(_, worst)| l > worst) {
+                let at = best.partition_point(|&(_, v)| v >= l);
+                best.insert(at, (i as TokenId, l));
+                best.truncate(top);
+            }
+        }
+    }
+    let own = logits.get(token as usize).map_or(f32::NEG_INFINITY, |&l| l - log_z);
+    (own, best.into_iter().map(|(t, l)| (t, l - log_z)).collect())
+}
+
 /// llguidance's view of the model's vocabulary, for constrained decoding. The token trie is
 /// llama-cpp-2's (every token's bytes, special tokens marked, the whole end-of-generation
 /// set registered); tokenizing goes through the model's own tokenizer, which makes the env
@@ -309,6 +329,10 @@ impl Executor for LlamaExecutor<'_> {
         };
         self.samplers[seq] = sampler;
         token
+    }
+
+    fn logprobs(&self, batch_index: usize, token: TokenId, top: usize) -> (f32, Vec<(TokenId, f32)>) {
+        log_softmax_at(self.ctx.get_logits_ith(batch_index as i32), token, top)
     }
 
     fn end_sequence(&mut self, seq: usize) {

@@ -68,6 +68,10 @@ pub trait Executor {
     /// `mask`, only among the tokens it allows (a constraint's), every sampler setting
     /// applied within them.
     fn sample(&mut self, seq: usize, batch_index: usize, mask: Option<&SimpleVob>) -> TokenId;
+    /// The log-probability of `token` in the output row of batch entry `batch_index` of the
+    /// last decode (log-softmax of the raw logits), and the `top` most likely tokens with
+    /// theirs, most likely first. Only valid until the next decode.
+    fn logprobs(&self, batch_index: usize, token: TokenId, top: usize) -> (f32, Vec<(TokenId, f32)>);
     /// The request left the slot: drop its sampler. Its KV cells stay for prefix reuse.
     fn end_sequence(&mut self, seq: usize);
     /// Replaces `dst`'s KV cells with a copy of `src`'s, positions included.

@@ -19,7 +19,7 @@ use crate::queue::WaitQueue;
 use crate::runtime::{BatchToken, Executor, Tokenizer};
 use crate::sequence::{PendingRequest, Sequence};
 use crate::stats::EngineStats;
-use rillm_backend::FinishReason;
+use rillm_backend::{FinishReason, TokenId, TokenLogprob, TopLogprob};
 
 mod reuse;
 
@@ -274,6 +274,10 @@ impl<E: Executor> Scheduler<E> {
             let Some(seq) = self.slots[slot].as_mut() else { continue };
             let accepted = seq.constraint_mask().and_then(|mask| {
                 let token = self.executor.sample(slot, batch_index, mask.as_ref());
+                if let Some(top) = seq.request.logprobs {
+                    let (logprob, top) = self.executor.logprobs(batch_index, token, top as usize);
+                    seq.note_logprob(token_logprob(self.tokenizer.as_ref(), token, logprob, top));
+                }
                 seq.accept_token(token, self.tokenizer.as_ref(), ctx_limit, &self.stats.constraints)
             });
             match accepted {
@@ -440,6 +444,17 @@ impl<E: Executor> Scheduler<E> {
             outlook.step_tokens = step_tokens;
         });
     }
+}
+
+/// A sampled token's log-probability with its alternatives, their bytes attached.
+fn token_logprob(tokenizer: &dyn Tokenizer, token: TokenId, logprob: f32, top: Vec<(TokenId, f32)>) -> TokenLogprob {
+    let bytes = |t: TokenId| {
+        let mut out = Vec::new();
+        tokenizer.append_token_bytes(t, &mut out);
+        out
+    };
+    let top = top.into_iter().map(|(t, logprob)| TopLogprob { token: t, bytes: bytes(t), logprob }).collect();
+    TokenLogprob { token, bytes: bytes(token), logprob, top }
 }
 
 /// Runs of consecutive slots in a slot-ordered batch: llama.cpp runs at least one pass

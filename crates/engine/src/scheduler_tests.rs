@@ -79,6 +79,9 @@ impl Executor for RecordingExecutor {
             _ => TokenId::from(b'x'),
         }
     }
+    fn logprobs(&self, _batch_index: usize, token: TokenId, top: usize) -> (f32, Vec<(TokenId, f32)>) {
+        (-0.5, (0..top as TokenId).map(|i| (token + i, -0.5 - i as f32)).collect())
+    }
     fn end_sequence(&mut self, _seq: usize) {}
     fn copy_sequence(&mut self, _src: usize, _dst: usize) {}
     fn move_sequence(&mut self, src: usize, dst: usize) {
@@ -183,6 +186,7 @@ impl Harness {
             stop: Vec::new(),
             ignore_eos: false,
             constraint,
+            logprobs: None,
             submitted: Instant::now(),
             events,
         };

@@ -8,7 +8,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::constraint::{Advance, ConstraintCounters, SequenceConstraint};
 use crate::runtime::{TokenId, Tokenizer};
 use crate::text_stream::{TextPiece, TextStream};
-use rillm_backend::{Completion, FinishReason, SamplingParams, ServerTimings, StreamEvent, Usage};
+use rillm_backend::{Completion, FinishReason, SamplingParams, ServerTimings, StreamEvent, TokenLogprob, Usage};
 
 /// A request waiting for a sequence slot, already tokenized and validated.
 #[derive(Debug)]
@@ -24,6 +24,8 @@ pub(crate) struct PendingRequest {
     pub ignore_eos: bool,
     /// Structured output: the compiled constraint, at its start.
     pub constraint: Option<SequenceConstraint>,
+    /// Alternatives per token when log-probabilities are asked for (`None`: not asked).
+    pub logprobs: Option<u32>,
     pub submitted: Instant,
     pub events: UnboundedSender<StreamEvent>,
 }
@@ -59,6 +61,9 @@ pub(crate) struct Sequence {
     /// computed again: `rewind_prompt`).
     cached_prompt: u32,
     text: TextStream,
+    /// Log-probabilities of generated tokens not yet sent, in token order: each text piece
+    /// takes as many as it has token ids.
+    unsent_logprobs: std::collections::VecDeque<TokenLogprob>,
     token_bytes: Vec<u8>,
     admitted: Instant,
     first_token_at: Option<Instant>,
@@ -76,6 +81,7 @@ impl Sequence {
             generated_ids: Vec::new(),
             cached_prompt: reused,
             text,
+            unsent_logprobs: std::collections::VecDeque::new(),
             token_bytes: Vec::with_capacity(32),
             admitted: Instant::now(),
             first_token_at: None,
@@ -131,7 +137,7 @@ impl Sequence {
         let advance = if tokenizer.is_end_of_generation(token) {
             Advance::Continue(Vec::new())
         } else {
-            constraint.advance(token)?
+            constraint.advance(token, self.request.logprobs.is_none())?
         };
         let forced = match &advance {
             Advance::Continue(forced) => forced.as_slice(),
@@ -150,6 +156,12 @@ impl Sequence {
             return Ok(Some(FinishReason::Stop));
         }
         Ok(None)
+    }
+
+    /// The log-probability of the token about to be accepted (requests that asked for them;
+    /// a forced token has none, so a request with log-probabilities forces none).
+    pub fn note_logprob(&mut self, logprob: TokenLogprob) {
+        self.unsent_logprobs.push_back(logprob);
     }
 
     /// Sends whatever text is held back (a constraint's output is complete).
@@ -224,9 +236,11 @@ impl Sequence {
         completion
     }
 
-    fn send_text(&self, text: String, token_ids: Vec<TokenId>) {
+    fn send_text(&mut self, text: String, token_ids: Vec<TokenId>) {
+        let take = token_ids.len().min(self.unsent_logprobs.len());
+        let logprobs = self.unsent_logprobs.drain(..take).collect();
         // A failed send means the caller is gone; the scheduler reaps it before the next step.
-        let _ = self.request.events.send(StreamEvent::Text { text, token_ids });
+        let _ = self.request.events.send(StreamEvent::Text { text, token_ids, logprobs });
     }
 }
 

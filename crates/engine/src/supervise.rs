@@ -59,6 +59,7 @@ mod tests {
             stop: Vec::new(),
             ignore_eos: false,
             constraint: None,
+            logprobs: None,
             submitted: Instant::now(),
             events,
         };

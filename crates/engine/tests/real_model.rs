@@ -36,7 +36,7 @@ fn collect(mut stream: RequestStream) -> (String, Vec<u32>, Completion) {
     let (mut text, mut ids) = (String::new(), Vec::new());
     while let Some(event) = stream.blocking_next() {
         match event {
-            StreamEvent::Text { text: t, token_ids } => {
+            StreamEvent::Text { text: t, token_ids, .. } => {
                 assert!(!t.is_empty(), "text events are never empty");
                 text.push_str(&t);
                 ids.extend(token_ids);
@@ -292,7 +292,7 @@ fn a_sequence_moved_into_a_freed_slot_generates_exactly_what_it_would_have() {
     let moves_before = engine.stats().snapshot().sequences_moved;
     let mut moved = engine.submit(greedy(prompt, 40)).unwrap();
     let (mut text, mut ids) = (String::new(), Vec::new());
-    if let Some(StreamEvent::Text { text: t, token_ids }) = moved.blocking_next() {
+    if let Some(StreamEvent::Text { text: t, token_ids, .. }) = moved.blocking_next() {
         text.push_str(&t);
         ids.extend(token_ids);
     }

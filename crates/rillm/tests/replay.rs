@@ -3,13 +3,12 @@
 //! prompt tokens, and multi-turn sessions whose later turns reuse the conversation's KV.
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
 mod support;
 
-use support::{serial, Server, BIN};
+use support::{bench_result, serial, Server};
 
 /// A server for these tests: a context long enough for a few turns of conversation.
 fn server() -> (std::sync::MutexGuard<'static, ()>, Server) {
@@ -23,13 +22,7 @@ fn temp(name: &str) -> PathBuf {
 
 /// Runs `rillm bench` with `args` and returns its result file.
 fn bench(args: &[&str]) -> Value {
-    let out = temp(&format!("out-{}.json", args.len()));
-    let status =
-        Command::new(BIN).arg("bench").args(args).arg("--output").arg(&out).stdout(Stdio::null()).status().unwrap();
-    assert!(status.success(), "rillm bench {args:?}");
-    let result = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    let _ = std::fs::remove_file(out);
-    result
+    bench_result(args, &format!("replay-{}", args.len()))
 }
 
 fn requests(result: &Value) -> &Vec<Value> {

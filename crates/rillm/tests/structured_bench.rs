@@ -3,22 +3,15 @@
 //! were valid, request by request and in all.
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
 mod support;
 
-use support::{serial, Server, BIN};
+use support::{bench_result, serial, Server};
 
 fn bench(args: &[&str], name: &str) -> Value {
-    let out = std::env::temp_dir().join(format!("rillm-structured-{}-{name}.json", std::process::id()));
-    let status =
-        Command::new(BIN).arg("bench").args(args).arg("--output").arg(&out).stdout(Stdio::null()).status().unwrap();
-    assert!(status.success(), "rillm bench {args:?}");
-    let result = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    let _ = std::fs::remove_file(out);
-    result
+    bench_result(args, &format!("structured-{name}"))
 }
 
 #[test]

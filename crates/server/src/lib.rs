@@ -9,6 +9,7 @@ mod auth;
 mod connections;
 mod error;
 mod json;
+mod logprobs;
 pub mod metrics;
 mod observe;
 mod openai;

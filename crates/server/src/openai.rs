@@ -3,13 +3,13 @@
 use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use rillm_backend::{Completion, FinishReason, GenerateRequest, Prompt, SamplingParams, Usage};
+use rillm_backend::{FinishReason, GenerateRequest, Prompt, SamplingParams, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::admission::Admitted;
 use crate::error::ApiError;
-use crate::sse::{collect, json_event, sse_response, StreamFormat};
+use crate::sse::{collect, json_event, sse_response, Collected, StreamFormat};
 use crate::state::AppState;
 
 /// `stop` may be one string or a list.
@@ -200,19 +200,19 @@ impl ResponseMeta {
     }
 }
 
-/// Streams the request, or waits for it and answers with `whole(text, completion)`.
+/// Streams the request, or waits for it and answers with `whole(collected)`.
 pub async fn respond<F: StreamFormat>(
     admitted: Admitted,
     format: F,
     stream: bool,
-    whole: impl FnOnce(&F, String, &Completion) -> Value,
+    whole: impl FnOnce(&F, Collected) -> Value,
 ) -> Result<Response, ApiError> {
     if stream {
         return Ok(sse_response(admitted, format));
     }
-    let (text, done) = collect(admitted).await;
-    if let Some(error) = done.error {
-        return Err(ApiError::internal(error));
+    let collected = collect(admitted).await;
+    if let Some(error) = &collected.done.error {
+        return Err(ApiError::internal(error.clone()));
     }
-    Ok(Json(whole(&format, text, &done)).into_response())
+    Ok(Json(whole(&format, collected)).into_response())
 }

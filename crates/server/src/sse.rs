@@ -9,7 +9,7 @@ use axum::http::HeaderValue;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use rillm_backend::{Completion, FinishReason, ServerTimings, StreamEvent, Usage};
+use rillm_backend::{Completion, FinishReason, ServerTimings, StreamEvent, TokenLogprob, Usage};
 
 use crate::admission::Admitted;
 
@@ -19,7 +19,8 @@ pub trait StreamFormat: Send + 'static {
     fn opening(&mut self) -> Vec<Event> {
         Vec::new()
     }
-    fn text(&mut self, text: &str, token_ids: &[u32]) -> Event;
+    /// New text; `logprobs` has an entry per token when the request asked for them.
+    fn text(&mut self, text: &str, token_ids: &[u32], logprobs: &[TokenLogprob]) -> Event;
     /// Sent after the last text.
     fn finish(&mut self, done: &Completion) -> Vec<Event>;
 }
@@ -43,9 +44,9 @@ pub fn sse_response(admitted: Admitted, format: impl StreamFormat) -> Response {
             return Some((opening, p));
         }
         let events = match p.admitted.stream.next_event().await {
-            Some(StreamEvent::Text { text, token_ids }) => {
+            Some(StreamEvent::Text { text, token_ids, logprobs }) => {
                 p.admitted.observer.on_tokens(token_ids.len());
-                vec![p.format.text(&text, &token_ids)]
+                vec![p.format.text(&text, &token_ids, &logprobs)]
             }
             Some(StreamEvent::Finished(done)) => {
                 p.done = true;
@@ -70,25 +71,29 @@ pub fn sse_response(admitted: Admitted, format: impl StreamFormat) -> Response {
     response
 }
 
+/// A whole completion: its text, its tokens' log-probabilities (when asked) and its end.
+pub struct Collected {
+    pub text: String,
+    pub logprobs: Vec<TokenLogprob>,
+    pub done: Completion,
+}
+
 /// Waits for the whole completion. Dropping the returned future (client gone) cancels.
-pub async fn collect(mut admitted: Admitted) -> (String, Completion) {
-    let mut text = String::new();
+pub async fn collect(mut admitted: Admitted) -> Collected {
+    let (mut text, mut all_logprobs) = (String::new(), Vec::new());
     loop {
-        match admitted.stream.next_event().await {
-            Some(StreamEvent::Text { text: piece, token_ids }) => {
+        let done = match admitted.stream.next_event().await {
+            Some(StreamEvent::Text { text: piece, token_ids, logprobs }) => {
                 admitted.observer.on_tokens(token_ids.len());
                 text.push_str(&piece);
+                all_logprobs.extend(logprobs);
+                continue;
             }
-            Some(StreamEvent::Finished(done)) => {
-                admitted.observer.on_finish(&done);
-                return (text, done);
-            }
-            None => {
-                let lost = engine_lost();
-                admitted.observer.on_finish(&lost);
-                return (text, lost);
-            }
-        }
+            Some(StreamEvent::Finished(done)) => done,
+            None => engine_lost(),
+        };
+        admitted.observer.on_finish(&done);
+        return Collected { text, logprobs: all_logprobs, done };
     }
 }
 

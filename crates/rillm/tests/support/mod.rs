@@ -77,3 +77,15 @@ impl Server {
         format!("http://127.0.0.1:{}{path}", self.port)
     }
 }
+
+/// Runs `rillm bench` with `args` (it must succeed) and returns its result file; `name`
+/// keeps concurrent callers' files apart.
+pub fn bench_result(args: &[&str], name: &str) -> serde_json::Value {
+    let out = std::env::temp_dir().join(format!("rillm-bench-{}-{name}.json", std::process::id()));
+    let status =
+        Command::new(BIN).arg("bench").args(args).arg("--output").arg(&out).stdout(Stdio::null()).status().unwrap();
+    assert!(status.success(), "rillm bench {args:?}");
+    let result = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let _ = std::fs::remove_file(out);
+    result
+}

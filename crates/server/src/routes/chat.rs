@@ -5,7 +5,7 @@ use std::time::Instant;
 use axum::extract::State;
 use axum::response::sse::Event;
 use axum::response::Response;
-use rillm_backend::{ChatMessage, Completion, Prompt};
+use rillm_backend::{ChatMessage, Completion, Prompt, TokenLogprob};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -39,6 +39,7 @@ pub struct ChatBody {
     frequency_penalty: Option<f64>,
     #[serde(default)]
     logprobs: bool,
+    top_logprobs: Option<i64>,
     tools: Option<Vec<Value>>,
     #[serde(flatten)]
     constraints: ConstraintFields,
@@ -114,7 +115,7 @@ pub async fn chat_completions(
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
     state.check_model(body.model.as_deref())?;
-    reject_if(body.logprobs, "logprobs")?;
+    let logprobs = crate::logprobs::chat_request(body.logprobs, body.top_logprobs)?;
     reject_if(body.tools.as_ref().is_some_and(|t| !t.is_empty()), "tools")?;
     refuse_unknown_fields(&body.other)?;
     let constraint = body.constraints.into_constraint()?;
@@ -140,33 +141,38 @@ pub async fn chat_completions(
         frequency_penalty: body.frequency_penalty,
     }
     .into_request(Prompt::Chat(messages))?;
+    request.logprobs = logprobs;
     let fields = constrain(&mut request, constraint, "messages");
     let admitted = admit(&state, "chat", fields, request, received).await?;
-    let format = ChatFormat(ResponseMeta::new("chatcmpl", &admitted, &state, body.stream_options));
-    respond(admitted, format, body.stream, |f, text, done| {
-        f.0.object(
+    let format = ChatFormat { meta: ResponseMeta::new("chatcmpl", &admitted, &state, body.stream_options), logprobs };
+    respond(admitted, format, body.stream, |f, whole| {
+        f.meta.object(
             "chat.completion",
             json!({
                 "choices": [{
                     "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "logprobs": null,
-                    "finish_reason": openai_finish_reason(done.finish_reason),
+                    "message": {"role": "assistant", "content": whole.text},
+                    "logprobs": f.logprobs.map(|_| crate::logprobs::chat(&whole.logprobs)),
+                    "finish_reason": openai_finish_reason(whole.done.finish_reason),
                 }],
-                "usage": usage_json(&done.usage),
+                "usage": usage_json(&whole.done.usage),
             }),
         )
     })
     .await
 }
 
-struct ChatFormat(ResponseMeta);
+struct ChatFormat {
+    meta: ResponseMeta,
+    /// Whether the request asked for log-probabilities.
+    logprobs: Option<u32>,
+}
 
 #[derive(Serialize)]
 struct DeltaChoice<'a> {
     index: u32,
     delta: Delta<'a>,
-    logprobs: (),
+    logprobs: Option<Value>,
     finish_reason: Option<&'static str>,
 }
 
@@ -180,7 +186,11 @@ struct Delta<'a> {
 
 impl ChatFormat {
     fn chunk(&self, delta: Delta<'_>, finish_reason: Option<&'static str>) -> Event {
-        self.0.chunk("chat.completion.chunk", DeltaChoice { index: 0, delta, logprobs: (), finish_reason })
+        self.chunk_with(delta, None, finish_reason)
+    }
+
+    fn chunk_with(&self, delta: Delta<'_>, logprobs: Option<Value>, finish_reason: Option<&'static str>) -> Event {
+        self.meta.chunk("chat.completion.chunk", DeltaChoice { index: 0, delta, logprobs, finish_reason })
     }
 }
 
@@ -189,8 +199,9 @@ impl StreamFormat for ChatFormat {
         vec![self.chunk(Delta { role: Some("assistant"), content: Some("") }, None)]
     }
 
-    fn text(&mut self, text: &str, _token_ids: &[u32]) -> Event {
-        self.chunk(Delta { role: None, content: Some(text) }, None)
+    fn text(&mut self, text: &str, _token_ids: &[u32], logprobs: &[TokenLogprob]) -> Event {
+        let logprobs = self.logprobs.map(|_| crate::logprobs::chat(logprobs));
+        self.chunk_with(Delta { role: None, content: Some(text) }, logprobs, None)
     }
 
     fn finish(&mut self, done: &Completion) -> Vec<Event> {
@@ -199,9 +210,9 @@ impl StreamFormat for ChatFormat {
             events.push(json_event(&ApiError::internal(error.clone()).body()));
         }
         events.push(self.chunk(Delta { role: None, content: None }, Some(openai_finish_reason(done.finish_reason))));
-        if self.0.include_usage {
+        if self.meta.include_usage {
             let usage = json!({"choices": [], "usage": usage_json(&done.usage)});
-            events.push(json_event(&self.0.object("chat.completion.chunk", usage)));
+            events.push(json_event(&self.meta.object("chat.completion.chunk", usage)));
         }
         events.push(Event::default().data("[DONE]"));
         events

@@ -5,7 +5,7 @@ use std::time::Instant;
 use axum::extract::State;
 use axum::response::sse::Event;
 use axum::response::Response;
-use rillm_backend::{Completion, Prompt};
+use rillm_backend::{Completion, Prompt, TokenLogprob};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -66,7 +66,7 @@ pub async fn completions(
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
     state.check_model(body.model.as_deref())?;
-    reject_if(body.logprobs.as_ref().is_some_and(|v| !v.is_null()), "logprobs")?;
+    let logprobs = crate::logprobs::completions_request(body.logprobs.as_ref())?;
     reject_if(body.echo, "echo")?;
     reject_if(body.best_of.is_some_and(|b| b != 1), "best_of")?;
     refuse_unknown_fields(&body.other)?;
@@ -100,40 +100,51 @@ pub async fn completions(
         frequency_penalty: body.frequency_penalty,
     }
     .into_request(Prompt::Text(prompt))?;
+    request.logprobs = logprobs;
     let fields = constrain(&mut request, constraint, "prompt");
     let admitted = admit(&state, "completions", fields, request, received).await?;
-    let format = CompletionFormat(ResponseMeta::new("cmpl", &admitted, &state, body.stream_options));
-    respond(admitted, format, body.stream, |f, text, done| {
-        f.0.object(
+    let meta = ResponseMeta::new("cmpl", &admitted, &state, body.stream_options);
+    let format = CompletionFormat { meta, logprobs, text_offset: 0 };
+    respond(admitted, format, body.stream, |f, whole| {
+        let logprobs = f.logprobs.map(|_| crate::logprobs::completions(&whole.logprobs, &mut 0));
+        let reason = openai_finish_reason(whole.done.finish_reason);
+        f.meta.object(
             "text_completion",
             json!({
-                "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": openai_finish_reason(done.finish_reason)}],
-                "usage": usage_json(&done.usage),
+                "choices": [{"index": 0, "text": whole.text, "logprobs": logprobs, "finish_reason": reason}],
+                "usage": usage_json(&whole.done.usage),
             }),
         )
     })
     .await
 }
 
-struct CompletionFormat(ResponseMeta);
+struct CompletionFormat {
+    meta: ResponseMeta,
+    /// Whether the request asked for log-probabilities.
+    logprobs: Option<u32>,
+    /// Bytes of completion text streamed so far: where the next chunk's tokens start.
+    text_offset: usize,
+}
 
 #[derive(Serialize)]
 struct TextChoice<'a> {
     index: u32,
     text: &'a str,
-    logprobs: (),
+    logprobs: Option<Value>,
     finish_reason: Option<&'static str>,
 }
 
 impl CompletionFormat {
-    fn chunk(&self, text: &str, finish_reason: Option<&'static str>) -> Event {
-        self.0.chunk("text_completion", TextChoice { index: 0, text, logprobs: (), finish_reason })
+    fn chunk(&self, text: &str, logprobs: Option<Value>, finish_reason: Option<&'static str>) -> Event {
+        self.meta.chunk("text_completion", TextChoice { index: 0, text, logprobs, finish_reason })
     }
 }
 
 impl StreamFormat for CompletionFormat {
-    fn text(&mut self, text: &str, _token_ids: &[u32]) -> Event {
-        self.chunk(text, None)
+    fn text(&mut self, text: &str, _token_ids: &[u32], logprobs: &[TokenLogprob]) -> Event {
+        let logprobs = self.logprobs.map(|_| crate::logprobs::completions(logprobs, &mut self.text_offset));
+        self.chunk(text, logprobs, None)
     }
 
     fn finish(&mut self, done: &Completion) -> Vec<Event> {
@@ -142,10 +153,10 @@ impl StreamFormat for CompletionFormat {
             events.push(json_event(&ApiError::internal(error.clone()).body()));
         }
         let reason = openai_finish_reason(done.finish_reason);
-        events.push(self.chunk("", Some(reason)));
-        if self.0.include_usage {
+        events.push(self.chunk("", None, Some(reason)));
+        if self.meta.include_usage {
             let usage = json!({"choices": [], "usage": usage_json(&done.usage)});
-            events.push(json_event(&self.0.object("text_completion", usage)));
+            events.push(json_event(&self.meta.object("text_completion", usage)));
         }
         events.push(Event::default().data("[DONE]"));
         events

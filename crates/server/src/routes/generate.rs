@@ -8,7 +8,7 @@ use std::time::Instant;
 use axum::extract::State;
 use axum::response::sse::Event;
 use axum::response::Response;
-use rillm_backend::{ChatMessage, Completion, Prompt};
+use rillm_backend::{ChatMessage, Completion, Prompt, TokenLogprob};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -34,6 +34,8 @@ pub struct GenerateBody {
     #[serde(default)]
     chat: bool,
     ignore_eos: Option<bool>,
+    /// Each token's log-probability with this many alternatives (0 to 20).
+    logprobs: Option<i64>,
     /// The same constraint fields as the OpenAI endpoints.
     #[serde(flatten)]
     constraints: ConstraintFields,
@@ -74,6 +76,11 @@ pub async fn generate(
         ..GenerationParams::default()
     }
     .into_request(prompt)?;
+    request.logprobs = match body.logprobs {
+        None => None,
+        Some(n) if (0..=crate::logprobs::MAX_TOP_LOGPROBS).contains(&n) => Some(n as u32),
+        Some(n) => return Err(ApiError::invalid("logprobs", format!("`logprobs` must be between 0 and 20, got {n}"))),
+    };
     let fields = constrain(&mut request, constraint, "prompt");
     let admitted = admit(&state, "generate", fields, request, received).await?;
     Ok(sse_response(admitted, GenerateFormat))
@@ -85,11 +92,14 @@ struct GenerateFormat;
 struct TextEvent<'a> {
     text: &'a str,
     token_ids: &'a [u32],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logprobs: Option<serde_json::Value>,
 }
 
 impl StreamFormat for GenerateFormat {
-    fn text(&mut self, text: &str, token_ids: &[u32]) -> Event {
-        json_event(&TextEvent { text, token_ids })
+    fn text(&mut self, text: &str, token_ids: &[u32], logprobs: &[TokenLogprob]) -> Event {
+        let logprobs = (!logprobs.is_empty()).then(|| crate::logprobs::generate(logprobs));
+        json_event(&TextEvent { text, token_ids, logprobs })
     }
 
     fn finish(&mut self, done: &Completion) -> Vec<Event> {

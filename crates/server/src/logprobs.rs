@@ -1,0 +1,162 @@
+//! Log-probabilities in the shapes clients parse: chat's `logprobs.content[]` entries,
+//! completions' parallel `tokens` / `token_logprobs` / `top_logprobs` / `text_offset` lists,
+//! and `/generate`'s own per-token entries; and the limits on what a request may ask.
+//!
+//! The values are the engine's: the raw model distribution (log-softmax of the logits,
+//! before temperature, top-k/top-p and constraint masks), as vLLM reports by default.
+
+use rillm_backend::TokenLogprob;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+
+/// Most alternatives a chat request may ask for (OpenAI's limit).
+pub const MAX_TOP_LOGPROBS: i64 = 20;
+/// Most alternatives a completions request may ask for (OpenAI's legacy limit).
+pub const MAX_COMPLETION_LOGPROBS: i64 = 5;
+
+/// Chat's `logprobs` + `top_logprobs` into the engine's alternatives count.
+pub fn chat_request(logprobs: bool, top_logprobs: Option<i64>) -> Result<Option<u32>, ApiError> {
+    match (logprobs, top_logprobs) {
+        (false, None) => Ok(None),
+        (false, Some(_)) => Err(ApiError::invalid("top_logprobs", "`top_logprobs` needs `logprobs: true`")),
+        (true, top) => Ok(Some(in_range(top.unwrap_or(0), MAX_TOP_LOGPROBS, "top_logprobs")?)),
+    }
+}
+
+/// Completions' `logprobs` (an integer: alternatives per token) into the engine's count.
+pub fn completions_request(logprobs: Option<&Value>) -> Result<Option<u32>, ApiError> {
+    match logprobs {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) if n.as_i64().is_some() => {
+            Ok(Some(in_range(n.as_i64().unwrap_or(-1), MAX_COMPLETION_LOGPROBS, "logprobs")?))
+        }
+        Some(_) => Err(ApiError::invalid("logprobs", "`logprobs` must be an integer from 0 to 5")),
+    }
+}
+
+fn in_range(n: i64, max: i64, param: &'static str) -> Result<u32, ApiError> {
+    if (0..=max).contains(&n) {
+        Ok(n as u32)
+    } else {
+        Err(ApiError::invalid(param, format!("`{param}` must be between 0 and {max}, got {n}")))
+    }
+}
+
+fn text_of(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[derive(Serialize)]
+pub struct ChatTop {
+    token: String,
+    logprob: f32,
+    bytes: Vec<u8>,
+}
+
+/// One entry of chat's `logprobs.content`.
+#[derive(Serialize)]
+pub struct ChatEntry {
+    token: String,
+    logprob: f32,
+    bytes: Vec<u8>,
+    top_logprobs: Vec<ChatTop>,
+}
+
+/// Chat's `{"content": [...]}` for these tokens.
+pub fn chat(logprobs: &[TokenLogprob]) -> Value {
+    let content: Vec<ChatEntry> = logprobs
+        .iter()
+        .map(|l| ChatEntry {
+            token: text_of(&l.bytes),
+            logprob: l.logprob,
+            bytes: l.bytes.clone(),
+            top_logprobs: l
+                .top
+                .iter()
+                .map(|t| ChatTop { token: text_of(&t.bytes), logprob: t.logprob, bytes: t.bytes.clone() })
+                .collect(),
+        })
+        .collect();
+    serde_json::json!({ "content": content })
+}
+
+/// Completions' parallel lists for these tokens; `offset` is where their text starts in
+/// the whole completion (streams carry it from chunk to chunk).
+pub fn completions(logprobs: &[TokenLogprob], offset: &mut usize) -> Value {
+    let mut tokens = Vec::with_capacity(logprobs.len());
+    let mut token_logprobs = Vec::with_capacity(logprobs.len());
+    let mut top_logprobs = Vec::with_capacity(logprobs.len());
+    let mut text_offset = Vec::with_capacity(logprobs.len());
+    for l in logprobs {
+        let token = text_of(&l.bytes);
+        text_offset.push(*offset);
+        *offset += token.len();
+        tokens.push(token);
+        token_logprobs.push(l.logprob);
+        let top: Map<String, Value> = l.top.iter().map(|t| (text_of(&t.bytes), Value::from(t.logprob))).collect();
+        top_logprobs.push(top);
+    }
+    serde_json::json!({
+        "tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top_logprobs, "text_offset": text_offset,
+    })
+}
+
+/// `/generate`'s entries: chat's, with the token ids.
+pub fn generate(logprobs: &[TokenLogprob]) -> Value {
+    let entries: Vec<Value> = logprobs
+        .iter()
+        .map(|l| {
+            let top: Vec<Value> = l
+                .top
+                .iter()
+                .map(|t| serde_json::json!({"token_id": t.token, "token": text_of(&t.bytes), "logprob": t.logprob}))
+                .collect();
+            serde_json::json!({"token_id": l.token, "token": text_of(&l.bytes), "logprob": l.logprob, "top_logprobs": top})
+        })
+        .collect();
+    Value::Array(entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rillm_backend::TopLogprob;
+
+    fn token(bytes: &[u8], logprob: f32) -> TokenLogprob {
+        let top = vec![
+            TopLogprob { token: 1, bytes: bytes.to_vec(), logprob },
+            TopLogprob { token: 2, bytes: b"x".to_vec(), logprob: logprob - 1.0 },
+        ];
+        TokenLogprob { token: 1, bytes: bytes.to_vec(), logprob, top }
+    }
+
+    #[test]
+    fn requests_are_bounded_as_openai_bounds_them() {
+        assert_eq!(chat_request(false, None).expect("ok"), None);
+        assert_eq!(chat_request(true, None).expect("ok"), Some(0));
+        assert_eq!(chat_request(true, Some(20)).expect("ok"), Some(20));
+        assert_eq!(chat_request(true, Some(21)).expect_err("over").param.as_deref(), Some("top_logprobs"));
+        assert_eq!(chat_request(false, Some(2)).expect_err("no logprobs").param.as_deref(), Some("top_logprobs"));
+        assert_eq!(completions_request(Some(&Value::from(5))).expect("ok"), Some(5));
+        assert_eq!(completions_request(Some(&Value::Null)).expect("ok"), None);
+        for bad in [Value::from(6), Value::from(-1), Value::from(true)] {
+            assert_eq!(completions_request(Some(&bad)).expect_err("bad").param.as_deref(), Some("logprobs"));
+        }
+    }
+
+    #[test]
+    fn completions_lists_run_in_parallel_with_offsets_across_chunks() {
+        let mut offset = 0;
+        let first = completions(&[token(b" Hello", -0.5)], &mut offset);
+        let second = completions(&[token(b" world", -1.5)], &mut offset);
+        assert_eq!(first["text_offset"], serde_json::json!([0]));
+        assert_eq!(second["text_offset"], serde_json::json!([6]));
+        assert_eq!(second["tokens"], serde_json::json!([" world"]));
+        assert_eq!(second["top_logprobs"][0]["x"], -2.5);
+        let entry = &chat(&[token(b"\xe2\x82", -0.25)])["content"][0];
+        assert_eq!(entry["bytes"], serde_json::json!([0xe2, 0x82]), "partial UTF-8 keeps its bytes");
+        assert_eq!(entry["top_logprobs"].as_array().map(Vec::len), Some(2));
+    }
+}

@@ -1,0 +1,57 @@
+"""Log-probabilities through the official `openai` SDK, parsed into its own types.
+
+Run by crates/server/tests/openai_sdk.rs against a real `rillm serve` on loopback:
+    python3 tests/sdk/logprobs.py http://127.0.0.1:PORT
+"""
+
+import math
+import sys
+
+import openai
+
+
+def main(base: str) -> None:
+    client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=120)
+    model = client.models.list().data[0].id
+    messages = [{"role": "user", "content": "Name a fruit."}]
+
+    completion = client.chat.completions.create(
+        model=model, messages=messages, max_tokens=8, temperature=0, logprobs=True, top_logprobs=3
+    )
+    content = completion.choices[0].logprobs.content
+    assert content, completion
+    for entry in content:
+        assert entry.logprob <= 0 and len(entry.top_logprobs) == 3, entry
+        assert entry.top_logprobs[0].token == entry.token, entry  # greedy: the most likely
+        assert bytes(entry.bytes).decode("utf-8", "replace") == entry.token, entry
+    assert "".join(e.token for e in content) == completion.choices[0].message.content
+    print("chat:", [(e.token, round(e.logprob, 3)) for e in content])
+
+    stream = client.chat.completions.create(
+        model=model, messages=messages, max_tokens=8, temperature=0, logprobs=True, top_logprobs=1, stream=True
+    )
+    streamed = []
+    for chunk in stream:
+        for choice in chunk.choices:
+            if choice.logprobs and choice.logprobs.content:
+                streamed.extend(choice.logprobs.content)
+    assert [e.token for e in streamed] == [e.token for e in content], (streamed, content)
+    assert all(math.isclose(a.logprob, b.logprob, abs_tol=0.05) for a, b in zip(streamed, content))
+    print("streamed chat: same tokens and logprobs")
+
+    legacy = client.completions.create(model=model, prompt="One, two, three,", max_tokens=4, temperature=0, logprobs=2)
+    lp = legacy.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) > 0, lp
+    assert "".join(lp.tokens) == legacy.choices[0].text
+    print("completions:", list(zip(lp.tokens, lp.token_logprobs)))
+
+    try:
+        client.chat.completions.create(model=model, messages=messages, logprobs=True, top_logprobs=21)
+        raise AssertionError("top_logprobs 21 was accepted")
+    except openai.BadRequestError as error:
+        assert "top_logprobs" in str(error.body), error.body
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
+    print("logprobs: all SDK checks passed")
