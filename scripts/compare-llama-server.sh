@@ -4,7 +4,7 @@
 #
 #   LLAMA_SERVER=/path/to/llama-server scripts/compare-llama-server.sh [OUT_DIR]
 #
-# Build llama-server outside this repo (see the README, "Measuring against llama.cpp").
+# Build llama-server outside this repo (docs/benchmarks.md, "Measuring against llama.cpp").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-/tmp/rillm-compare}

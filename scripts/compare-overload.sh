@@ -5,7 +5,7 @@
 #   LLAMA_SERVER=/path/to/llama-server scripts/compare-overload.sh [OUT_DIR]
 #
 # Poisson arrivals at 0.5x to 3x capacity (CAPACITY req/s, measured on this machine: see
-# the README), prompts of the Azure conversation trace's lengths x0.1 (~100 tokens, sd 40),
+# docs/results/2026-11-serving-and-real-traffic.md), prompts of the Azure conversation trace's lengths x0.1 (~100 tokens, sd 40),
 # 48-token answers. Each level uses its own prompts (seed = level index), so no level
 # reuses another's KV. Goodput counts requests whose TTFT, from the scheduled arrival, is
 # within TTFT_SLO_MS; 429s count as offered and not good. llama-server queues without
@@ -19,7 +19,7 @@ FACTORS=${FACTORS:-0.5 1 1.5 2 3}
 REQUESTS=${REQUESTS:-48}
 TTFT_SLO_MS=${TTFT_SLO_MS:-1500}
 # The admission bound sits below the SLO: the prediction is a typical wait, not a tail, so
-# a bound of 2/3 of the SLO keeps the admitted requests' p90 inside it (see the README).
+# a bound of 2/3 of the SLO keeps the admitted requests' p90 inside it (docs/results/2026-11-serving-and-real-traffic.md).
 MAX_QUEUE_MS=${MAX_QUEUE_MS:-1000}
 SERVERS=${SERVERS:-rillm rillm-slo llama}
 . scripts/compare-common.sh

@@ -44,7 +44,7 @@ fn cases() -> Vec<Case> {
         case("/v1/completions", json!({"prompt": ["a", "b"]}), 400, Some("prompt")),
         case("/v1/completions", json!({"prompt": [1, 2, 3]}), 400, Some("prompt")),
         case("/v1/completions", json!({"prompt": "Hi", "model": "gpt-4"}), 404, Some("model")),
-        case("/v1/completions", json!({"prompt": "Hi", "logprobs": 3}), 400, Some("logprobs")),
+        case("/v1/completions", json!({"prompt": "Hi", "logprobs": 6}), 400, Some("logprobs")),
         case("/v1/completions", json!({"prompt": "word ".repeat(600), "max_tokens": 8}), 400, Some("prompt")),
         // Large enough to be tokenized on the blocking pool: the overflow still comes back.
         case("/v1/completions", json!({"prompt": "word ".repeat(20_000), "max_tokens": 8}), 400, Some("prompt")),
