@@ -196,7 +196,7 @@ pub struct ConstraintSummary {
     pub finished: usize,
     pub parsed: usize,
     pub valid: usize,
-    /// `valid` over `finished`, in percent: the share the 100 % is about.
+    /// `valid` over `finished`, in percent: whether the server kept to the constraints.
     pub valid_pct_of_finished: Option<f64>,
     /// `valid` over `checked`, in percent: every completed request, cut or not.
     pub valid_pct_of_completed: Option<f64>,

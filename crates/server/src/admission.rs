@@ -64,10 +64,11 @@ const INLINE_PROMPT_BYTES: usize = 16 * 1024;
 /// Large tokenizations and grammar compiles at once: each takes a blocking thread and a core.
 static LARGE_TOKENIZATIONS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
 
-/// Runs CPU-heavy prompt work on the blocking pool, at most a few at a time.
+/// Runs CPU-heavy request preparation (tokenizing, compiling a constraint) on the blocking
+/// pool, at most a few at a time.
 pub async fn off_runtime<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
     let _permit = LARGE_TOKENIZATIONS.acquire().await.map_err(|_| ApiError::internal("tokenizer pool closed"))?;
-    tokio::task::spawn_blocking(work).await.map_err(|_| ApiError::internal("tokenizing the prompt failed"))
+    tokio::task::spawn_blocking(work).await.map_err(|_| ApiError::internal("preparing the request failed"))
 }
 
 fn rejection_error(rejected: &Rejected, fields: &Fields) -> ApiError {

@@ -51,34 +51,32 @@ impl ConstraintFields {
             ));
         }
         let mut found: Vec<RequestedConstraint> = Vec::new();
-        let mut add = |constraint: Option<Constraint>, param: &str| {
-            if let Some(constraint) = constraint {
-                found.push(RequestedConstraint { constraint, param: param.to_string() });
-            }
+        let mut add = |constraint: Constraint, param: &str| {
+            found.push(RequestedConstraint { constraint, param: param.to_string() });
         };
         if let Some(format) = present(self.response_format) {
             if let Some((constraint, param)) = response_format(format)? {
-                add(Some(constraint), param);
+                add(constraint, param);
             }
         }
         if let Some(outputs) = present(self.structured_outputs) {
             let (constraint, param) = structured_outputs(outputs)?;
-            add(Some(constraint), &param);
+            add(constraint, &param);
         }
         if let Some(schema) = present(self.guided_json) {
-            add(Some(Constraint::JsonSchema(schema_value(schema, "guided_json")?)), "guided_json");
+            add(Constraint::JsonSchema(schema_value(schema, "guided_json")?), "guided_json");
         }
         if let Some(regex) = present(self.guided_regex) {
-            add(Some(Constraint::Regex(string(regex, "guided_regex")?)), "guided_regex");
+            add(Constraint::Regex(string(regex, "guided_regex")?), "guided_regex");
         }
         if let Some(choice) = present(self.guided_choice) {
-            add(Some(Constraint::Choice(choices(choice, "guided_choice")?)), "guided_choice");
+            add(Constraint::Choice(choices(choice, "guided_choice")?), "guided_choice");
         }
         if let Some(grammar) = present(self.guided_grammar) {
-            add(Some(Constraint::Lark(string(grammar, "guided_grammar")?)), "guided_grammar");
+            add(Constraint::Lark(string(grammar, "guided_grammar")?), "guided_grammar");
         }
         if let Some(schema) = present(self.json_schema) {
-            add(Some(Constraint::JsonSchema(schema_value(schema, "json_schema")?)), "json_schema");
+            add(Constraint::JsonSchema(schema_value(schema, "json_schema")?), "json_schema");
         }
         if found.len() > 1 {
             let names: Vec<&str> = found.iter().map(|c| c.param.as_str()).collect();

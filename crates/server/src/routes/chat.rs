@@ -144,7 +144,10 @@ pub async fn chat_completions(
     request.logprobs = logprobs;
     let fields = constrain(&mut request, constraint, "messages");
     let admitted = admit(&state, "chat", fields, request, received).await?;
-    let format = ChatFormat { meta: ResponseMeta::new("chatcmpl", &admitted, &state, body.stream_options), logprobs };
+    let format = ChatFormat {
+        meta: ResponseMeta::new("chatcmpl", &admitted, &state, body.stream_options),
+        logprobs: logprobs.is_some(),
+    };
     respond(admitted, format, body.stream, |f, whole| {
         f.meta.object(
             "chat.completion",
@@ -152,7 +155,7 @@ pub async fn chat_completions(
                 "choices": [{
                     "index": 0,
                     "message": {"role": "assistant", "content": whole.text},
-                    "logprobs": f.logprobs.map(|_| crate::logprobs::chat(&whole.logprobs)),
+                    "logprobs": f.logprobs.then(|| crate::logprobs::chat(&whole.logprobs)),
                     "finish_reason": openai_finish_reason(whole.done.finish_reason),
                 }],
                 "usage": usage_json(&whole.done.usage),
@@ -165,7 +168,7 @@ pub async fn chat_completions(
 struct ChatFormat {
     meta: ResponseMeta,
     /// Whether the request asked for log-probabilities.
-    logprobs: Option<u32>,
+    logprobs: bool,
 }
 
 #[derive(Serialize)]
@@ -200,7 +203,7 @@ impl StreamFormat for ChatFormat {
     }
 
     fn text(&mut self, text: &str, _token_ids: &[u32], logprobs: &[TokenLogprob]) -> Event {
-        let logprobs = self.logprobs.map(|_| crate::logprobs::chat(logprobs));
+        let logprobs = self.logprobs.then(|| crate::logprobs::chat(logprobs));
         self.chunk_with(Delta { role: None, content: Some(text) }, logprobs, None)
     }
 

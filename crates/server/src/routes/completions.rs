@@ -104,9 +104,9 @@ pub async fn completions(
     let fields = constrain(&mut request, constraint, "prompt");
     let admitted = admit(&state, "completions", fields, request, received).await?;
     let meta = ResponseMeta::new("cmpl", &admitted, &state, body.stream_options);
-    let format = CompletionFormat { meta, logprobs, text_offset: 0 };
+    let format = CompletionFormat { meta, logprobs: logprobs.is_some(), text_offset: 0 };
     respond(admitted, format, body.stream, |f, whole| {
-        let logprobs = f.logprobs.map(|_| crate::logprobs::completions(&whole.logprobs, &mut 0));
+        let logprobs = f.logprobs.then(|| crate::logprobs::completions(&whole.logprobs, &mut 0));
         let reason = openai_finish_reason(whole.done.finish_reason);
         f.meta.object(
             "text_completion",
@@ -122,7 +122,7 @@ pub async fn completions(
 struct CompletionFormat {
     meta: ResponseMeta,
     /// Whether the request asked for log-probabilities.
-    logprobs: Option<u32>,
+    logprobs: bool,
     /// Bytes of completion text streamed so far: where the next chunk's tokens start.
     text_offset: usize,
 }
@@ -143,7 +143,7 @@ impl CompletionFormat {
 
 impl StreamFormat for CompletionFormat {
     fn text(&mut self, text: &str, _token_ids: &[u32], logprobs: &[TokenLogprob]) -> Event {
-        let logprobs = self.logprobs.map(|_| crate::logprobs::completions(logprobs, &mut self.text_offset));
+        let logprobs = self.logprobs.then(|| crate::logprobs::completions(logprobs, &mut self.text_offset));
         self.chunk(text, logprobs, None)
     }
 
