@@ -16,11 +16,20 @@ mod stream;
 
 pub use rejected::Rejected;
 pub use request::{
-    ChatMessage, Completion, Constraint, FinishReason, GenerateRequest, Prompt, SamplingParams, ServerTimings,
-    StreamEvent, TokenId, TokenLogprob, TopLogprob, Usage,
+    ChatMessage, Completion, Constraint, FinishReason, GenerateRequest, Prompt, PromptToken, SamplingParams,
+    ServerTimings, StreamEvent, TokenId, TokenLogprob, TopLogprob, Usage,
 };
 pub use stats::{CacheLayout, ConstraintSnapshot, PrefixCacheSnapshot, StatsSnapshot};
 pub use stream::RequestStream;
+
+/// What clients that tokenize for themselves need to know of the model's tokenizer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TokenizerInfo {
+    pub bos_token: Option<String>,
+    pub eos_token: Option<String>,
+    /// The Jinja source of the model's chat template.
+    pub chat_template: Option<String>,
+}
 
 /// Whether the engine behind a backend can still serve.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +58,10 @@ pub trait Backend: Send + Sync + 'static {
     /// Context tokens per sequence (prompt plus completion).
     fn context_length(&self) -> u32;
     fn stats(&self) -> StatsSnapshot;
+    /// The tokenizer's special tokens and chat template (vLLM's `/tokenizer_info`).
+    fn tokenizer_info(&self) -> TokenizerInfo {
+        TokenizerInfo::default()
+    }
     /// `None` when the engine reuses no prefixes (nothing for a prefix-aware router to score).
     fn cache_layout(&self) -> Option<CacheLayout> {
         None

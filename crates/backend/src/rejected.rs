@@ -14,6 +14,9 @@ pub enum Rejected {
          of {context} tokens per sequence"
     )]
     ContextOverflow { prompt_tokens: usize, max_tokens: usize, context: usize },
+    /// A request's choices run side by side, one sequence each.
+    #[error("n = {n} choices is outside 1 to {max}, the sequences this server runs at once")]
+    TooManyChoices { n: u32, max: u32 },
     #[error("the prompt is empty")]
     EmptyPrompt,
     #[error("{0}")]

@@ -10,6 +10,9 @@ pub enum Prompt {
     Text(String),
     /// Chat messages, rendered with the model's own chat template.
     Chat(Vec<ChatMessage>),
+    /// Token ids, fed as they are (no BOS added): what evaluation harnesses send, having
+    /// tokenized context and continuation themselves.
+    Tokens(Vec<TokenId>),
 }
 
 impl Prompt {
@@ -18,6 +21,7 @@ impl Prompt {
         match self {
             Self::Text(text) => text.len(),
             Self::Chat(messages) => messages.iter().map(|m| m.role.len() + m.content.len()).sum(),
+            Self::Tokens(_) => 0,
         }
     }
 }
@@ -111,6 +115,14 @@ pub struct GenerateRequest {
     /// Report each generated token's log-probability with this many most likely
     /// alternatives (0: the token's own only); `None`: no log-probabilities.
     pub logprobs: Option<u32>,
+    /// Score the prompt too: each prompt token's log-probability given the tokens before
+    /// it, with this many alternatives, sent once as [`StreamEvent::Prompt`]. The prompt is
+    /// then computed whole (no cached prefix has the logits). With it `max_tokens` may be 0.
+    pub prompt_logprobs: Option<u32>,
+    /// Choices to generate from the one prompt (at least 1): the prompt is computed once
+    /// and its KV copied to each choice, which then samples on its own. Events carry their
+    /// choice's index; the stream ends after every choice's `Finished`.
+    pub n: u32,
 }
 
 impl GenerateRequest {
@@ -123,6 +135,8 @@ impl GenerateRequest {
             ignore_eos: false,
             constraint: None,
             logprobs: None,
+            prompt_logprobs: None,
+            n: 1,
         }
     }
 
@@ -168,6 +182,17 @@ pub struct TokenLogprob {
     pub top: Vec<TopLogprob>,
 }
 
+/// One prompt token scored by the model (`GenerateRequest::prompt_logprobs`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptToken {
+    pub token: TokenId,
+    pub bytes: Vec<u8>,
+    /// `None` for the first prompt token: nothing before it predicts it.
+    pub logprob: Option<f32>,
+    /// Most likely first; empty for the first token.
+    pub top: Vec<TopLogprob>,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopLogprob {
     pub token: TokenId,
@@ -178,11 +203,13 @@ pub struct TopLogprob {
 /// One event of a request's stream.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StreamEvent {
-    /// New text, with the ids of the tokens it came from. Text is always whole UTF-8
-    /// characters; ids of tokens whose bytes are still held back arrive with a later piece.
-    /// `logprobs` has one entry per id when the request asked for them, else none.
-    Text { text: String, token_ids: Vec<TokenId>, logprobs: Vec<TokenLogprob> },
-    /// The last event.
+    /// The scored prompt, once, before any text (requests with `prompt_logprobs`).
+    Prompt(Vec<PromptToken>),
+    /// New text of choice `index`, with the ids of the tokens it came from. Text is always
+    /// whole UTF-8 characters; ids of tokens whose bytes are still held back arrive with a
+    /// later piece. `logprobs` has one entry per id when the request asked for them.
+    Text { index: u32, text: String, token_ids: Vec<TokenId>, logprobs: Vec<TokenLogprob> },
+    /// Choice `Completion::index` ended; the last event of a request with one choice.
     Finished(Completion),
 }
 
@@ -235,6 +262,8 @@ pub struct ServerTimings {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Completion {
+    /// Which choice ended (0 unless the request asked for `n` > 1).
+    pub index: u32,
     pub finish_reason: FinishReason,
     pub usage: Usage,
     pub timings: ServerTimings,

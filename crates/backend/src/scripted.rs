@@ -104,6 +104,7 @@ impl ScriptedBackend {
         match prompt {
             Prompt::Text(text) => text.split_whitespace().count() as u32,
             Prompt::Chat(messages) => messages.iter().map(|m| 1 + m.content.split_whitespace().count() as u32).sum(),
+            Prompt::Tokens(tokens) => tokens.len() as u32,
         }
     }
 }
@@ -164,7 +165,8 @@ impl Shared {
                 }
                 let id = job.generated as TokenId;
                 let text = if id == 0 { "w0".to_string() } else { format!(" w{id}") };
-                let _ = job.events.send(StreamEvent::Text { text, token_ids: vec![id], logprobs: Vec::new() });
+                let _ =
+                    job.events.send(StreamEvent::Text { index: 0, text, token_ids: vec![id], logprobs: Vec::new() });
                 job.generated += 1;
                 tokens += 1;
                 if job.generated >= job.max_tokens {
@@ -183,6 +185,7 @@ impl Shared {
 impl Job {
     fn finish(&self, finish_reason: FinishReason, error: Option<String>) {
         let _ = self.events.send(StreamEvent::Finished(Completion {
+            index: 0,
             finish_reason,
             usage: Usage { prompt_tokens: self.prompt_tokens, completion_tokens: self.generated, cached_tokens: 0 },
             timings: ServerTimings {
@@ -201,6 +204,12 @@ impl Backend for ScriptedBackend {
         let prompt_tokens = Self::words(&request.prompt);
         if prompt_tokens == 0 {
             return Err(Rejected::EmptyPrompt);
+        }
+        // A script has one stream of words and no model to score a prompt with.
+        if request.n != 1 || request.prompt_logprobs.is_some() {
+            return Err(Rejected::InvalidRequest(
+                "the scripted backend generates one choice and scores no prompt".into(),
+            ));
         }
         let script = &self.shared.script;
         let max_tokens = request.max_tokens.unwrap_or(script.reply_tokens).min(script.reply_tokens);
@@ -246,6 +255,7 @@ impl Backend for ScriptedBackend {
             kv_cells_total: 0,
             steps: 0,
             prompt_tokens: 0,
+            prompt_tokens_computed: 0,
             generation_tokens: state.generation_tokens,
             finished: state.finished,
             cancelled: 0,

@@ -58,6 +58,9 @@ pub struct StatsSnapshot {
     pub kv_cells_total: u64,
     pub steps: u64,
     pub prompt_tokens: u64,
+    /// Prompt tokens run through the model: cache hits are not, and the prompt of a
+    /// request with `n` choices is run once.
+    pub prompt_tokens_computed: u64,
     pub generation_tokens: u64,
     pub finished: u64,
     pub cancelled: u64,

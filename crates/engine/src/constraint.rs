@@ -148,7 +148,9 @@ fn cache_key(constraint: &Constraint, grammar: &TopLevelGrammar) -> String {
     format!("{}\u{0}{text}", constraint.kind())
 }
 
-/// What a constrained sequence carries from step to step.
+/// What a constrained sequence carries from step to step. A clone starts where this one
+/// is (each of a request's choices has its own).
+#[derive(Clone)]
 pub(crate) struct SequenceConstraint {
     matcher: Matcher,
 }

@@ -38,6 +38,7 @@ struct Inner {
     prefix_caching: bool,
     model_name: String,
     architecture: String,
+    tokenizer_info: rillm_backend::TokenizerInfo,
     next_id: AtomicU64,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -50,7 +51,9 @@ impl Engine {
         let model = load_model(&config)?;
         let grammars = GrammarCompiler::new(&grammar_tok_env(&model))
             .map_err(|e| EngineError::Backend(format!("building the grammar compiler: {e}")))?;
-        let queue = Arc::new(WaitQueue::new(config.max_waiting, config.max_running));
+        let queue = Arc::new(
+            WaitQueue::new(config.max_waiting, config.max_running).weighted(|r: &PendingRequest| r.n as usize),
+        );
         let (ready_tx, ready_rx) = mpsc::sync_channel(1);
 
         let thread = {
@@ -98,6 +101,7 @@ impl Engine {
             inner: Arc::new(Inner {
                 model_name: model.name.clone(),
                 architecture: model.architecture.clone(),
+                tokenizer_info: model.tokenizer_info.clone(),
                 tokenizer: model,
                 queue,
                 stats,
@@ -122,12 +126,18 @@ impl Engine {
         if inner.queue.is_full() {
             return Err(Rejected::QueueFull { capacity: inner.queue.capacity() });
         }
+        let max_running = inner.queue.slots();
+        if request.n == 0 || request.n as usize > max_running {
+            return Err(Rejected::TooManyChoices { n: request.n, max: max_running as u32 });
+        }
         let prompt = self.tokenize_prompt(&request.prompt)?;
         if prompt.is_empty() {
             return Err(Rejected::EmptyPrompt);
         }
         let context = inner.ctx_per_sequence as usize;
         let max_tokens = match request.max_tokens {
+            // Scoring a prompt is work enough; anything else must generate.
+            Some(0) if request.prompt_logprobs.is_some() => 0,
             Some(0) => return Err(Rejected::InvalidRequest("max_tokens must be at least 1".into())),
             Some(n) => n as usize,
             None => context.saturating_sub(prompt.len()).max(1),
@@ -155,6 +165,8 @@ impl Engine {
         let prompt_tokens = prompt.len();
         let pending = PendingRequest {
             id,
+            index: 0,
+            n: request.n,
             prompt,
             expected_prefill,
             max_tokens: max_tokens as u32,
@@ -163,6 +175,7 @@ impl Engine {
             ignore_eos: request.ignore_eos,
             constraint,
             logprobs: request.logprobs,
+            prompt_logprobs: request.prompt_logprobs,
             submitted: Instant::now(),
             events,
         };
@@ -190,6 +203,10 @@ impl Engine {
         match prompt {
             // Raw text is the caller's own prompt: its special-token text is honoured.
             Prompt::Text(text) => Ok(tokenizer.tokenize(text, true, true)),
+            Prompt::Tokens(tokens) => {
+                check_vocabulary(tokens, tokenizer.vocab_size())?;
+                Ok(tokens.clone())
+            }
             Prompt::Chat(messages) => {
                 let template = tokenizer
                     .chat_template()
@@ -220,12 +237,7 @@ impl Engine {
     /// (llama.cpp does not check them).
     pub fn detokenize(&self, tokens: &[u32]) -> Result<String, Rejected> {
         let tokenizer = &self.inner.tokenizer;
-        let vocab = tokenizer.vocab_size();
-        if let Some((i, bad)) = tokens.iter().enumerate().find(|(_, &t)| t >= vocab) {
-            return Err(Rejected::InvalidRequest(format!(
-                "token {bad} at index {i} is outside the vocabulary of {vocab} tokens"
-            )));
-        }
+        check_vocabulary(tokens, tokenizer.vocab_size())?;
         let mut bytes = Vec::new();
         for &t in tokens {
             tokenizer.append_token_bytes(t, &mut bytes);
@@ -240,6 +252,11 @@ impl Engine {
     /// The model's name, from its file name (what `/v1/models` lists).
     pub fn model_name(&self) -> &str {
         &self.inner.model_name
+    }
+
+    /// The special tokens and chat template, for clients that tokenize for themselves.
+    pub fn tokenizer_info(&self) -> &rillm_backend::TokenizerInfo {
+        &self.inner.tokenizer_info
     }
 
     /// `general.architecture` from the GGUF (llama, qwen2, ...).
@@ -259,6 +276,16 @@ impl Engine {
     /// Stops taking requests, cancels running and waiting ones and joins the engine thread.
     pub fn shutdown(&self) {
         self.inner.shutdown();
+    }
+}
+
+/// llama.cpp does not check token ids: one outside the vocabulary reads past its tables.
+fn check_vocabulary(tokens: &[u32], vocab: u32) -> Result<(), Rejected> {
+    match tokens.iter().enumerate().find(|(_, &t)| t >= vocab) {
+        Some((i, bad)) => Err(Rejected::InvalidRequest(format!(
+            "token {bad} at index {i} is outside the vocabulary of {vocab} tokens"
+        ))),
+        None => Ok(()),
     }
 }
 

@@ -8,7 +8,8 @@
 //! moves requests into free slots only between steps, so a burst would otherwise be
 //! refused while slots sit free. The queue therefore also counts the items taken out to
 //! run, until the engine says each is done; a push is refused only when running plus
-//! waiting items fill every slot and every waiting place.
+//! waiting items fill every slot and every waiting place. An item may need several places
+//! (a request for `n` choices runs as `n` sequences): its weight.
 
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -26,11 +27,15 @@ pub struct WaitQueue<T> {
     /// Waiting places beyond the slots.
     capacity: usize,
     slots: usize,
+    /// Places an item takes.
+    weight: fn(&T) -> usize,
 }
 
 struct State<T> {
     items: VecDeque<T>,
-    /// Items popped to run and not yet `finish_one`d.
+    /// Places the waiting items take.
+    waiting: usize,
+    /// Places of popped items not yet given back by `finish_one`.
     running: usize,
     closed: bool,
 }
@@ -39,16 +44,32 @@ impl<T> WaitQueue<T> {
     /// `capacity` places to wait in, besides `slots` places to run.
     pub fn new(capacity: usize, slots: usize) -> Self {
         Self {
-            state: Mutex::new(State { items: VecDeque::new(), running: 0, closed: false }),
+            state: Mutex::new(State { items: VecDeque::new(), waiting: 0, running: 0, closed: false }),
             wake: Condvar::new(),
             capacity,
             slots,
+            weight: |_| 1,
         }
+    }
+
+    /// Items take `weight(item)` places each (at least one), not one.
+    pub fn weighted(mut self, weight: fn(&T) -> usize) -> Self {
+        self.weight = weight;
+        self
+    }
+
+    fn weight_of(&self, item: &T) -> usize {
+        (self.weight)(item).max(1)
     }
 
     /// Waiting places (beyond the slots).
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// Places to run in.
+    pub fn slots(&self) -> usize {
+        self.slots
     }
 
     /// `f` of every waiting item, oldest first.
@@ -59,32 +80,45 @@ impl<T> WaitQueue<T> {
     /// Every slot and waiting place is taken: a push now would be refused.
     pub fn is_full(&self) -> bool {
         let state = self.lock();
-        state.items.len() + state.running >= self.capacity + self.slots
+        state.waiting + state.running >= self.capacity + self.slots
     }
 
     pub fn push(&self, item: T) -> Result<(), PushError<T>> {
+        let weight = self.weight_of(&item);
         let mut state = self.lock();
         if state.closed {
             return Err(PushError::Closed(item));
         }
-        if state.items.len() + state.running >= self.capacity + self.slots {
+        if state.waiting + state.running + weight > self.capacity + self.slots {
             return Err(PushError::Full(item));
         }
+        state.waiting += weight;
         state.items.push_back(item);
         drop(state);
         self.wake.notify_one();
         Ok(())
     }
 
-    /// Oldest item, if any, without blocking; it counts as running until `finish_one`.
+    /// Oldest item, if any, without blocking; its places count as running until given
+    /// back, one `finish_one` each.
     pub fn pop(&self) -> Option<T> {
-        let mut state = self.lock();
-        let item = state.items.pop_front();
-        state.running += usize::from(item.is_some());
-        item
+        self.pop_if(|_| true)
     }
 
-    /// A popped item finished (or was dropped): its place is free again.
+    /// The oldest item if `fits` says it can run now; otherwise it keeps its turn.
+    pub fn pop_if(&self, fits: impl FnOnce(&T) -> bool) -> Option<T> {
+        let mut state = self.lock();
+        if !state.items.front().is_some_and(fits) {
+            return None;
+        }
+        let item = state.items.pop_front()?;
+        let weight = self.weight_of(&item);
+        state.waiting -= weight;
+        state.running += weight;
+        Some(item)
+    }
+
+    /// One place of a popped item is free again (its item finished, or one of its parts).
     pub fn finish_one(&self) {
         let mut state = self.lock();
         state.running = state.running.saturating_sub(1);
@@ -99,8 +133,9 @@ impl<T> WaitQueue<T> {
         }
         let mut removed = Vec::new();
         let mut kept = VecDeque::with_capacity(state.items.len());
-        for item in state.items.drain(..) {
+        for item in std::mem::take(&mut state.items) {
             if remove(&item) {
+                state.waiting -= self.weight_of(&item);
                 removed.push(item);
             } else {
                 kept.push_back(item);
@@ -133,6 +168,7 @@ impl<T> WaitQueue<T> {
     pub fn close(&self) -> Vec<T> {
         let mut state = self.lock();
         state.closed = true;
+        state.waiting = 0;
         let left = state.items.drain(..).collect();
         drop(state);
         self.wake.notify_all();
@@ -186,6 +222,25 @@ mod tests {
         q.push(1).unwrap();
         q.push(2).unwrap();
         assert_eq!(q.push(3), Err(PushError::Full(3)));
+    }
+
+    #[test]
+    fn heavy_items_take_their_weight_in_places_and_wait_for_room() {
+        // An item's weight is its value: 3 slots and 1 waiting place hold 4 places.
+        let q = WaitQueue::new(1, 3).weighted(|&w: &usize| w);
+        q.push(3).unwrap();
+        assert_eq!(q.push(2), Err(PushError::Full(2)), "3 + 2 places exceed 4");
+        q.push(1).unwrap();
+        assert!(q.is_full());
+        assert_eq!(q.pop_if(|&w| w <= 2), None, "the head keeps its turn when it does not fit");
+        assert_eq!(q.pop_if(|&w| w <= 3), Some(3));
+        assert!(q.is_full(), "popped places run until given back");
+        q.finish_one();
+        q.finish_one();
+        assert!(!q.is_full());
+        q.push(2).unwrap();
+        assert_eq!(q.remove_where(|&w| w == 2), vec![2]);
+        q.push(2).unwrap();
     }
 
     #[test]

@@ -21,6 +21,7 @@ use crate::sequence::{PendingRequest, Sequence};
 use crate::stats::EngineStats;
 use rillm_backend::{FinishReason, TokenId, TokenLogprob, TopLogprob};
 
+mod choices;
 mod reuse;
 
 /// Moving a sequence copies its whole KV stream, which a few steps with one less pass over
@@ -61,6 +62,9 @@ pub(crate) struct Scheduler<E: Executor> {
     batch: Vec<BatchToken>,
     /// (slot, batch index) of every batch entry whose logits get sampled.
     outputs: Vec<(usize, usize)>,
+    /// (slot, batch index, position) of prompt tokens whose logits score the next prompt
+    /// token, for requests that score their prompt.
+    prompt_rows: Vec<(usize, usize, usize)>,
     /// Prompt tokens each slot prefills this step.
     prefill_take: Vec<usize>,
     /// (slot, prompt tokens left) of the prefilling slots in admission order, this step.
@@ -106,6 +110,7 @@ impl<E: Executor> Scheduler<E> {
             prefix_caching,
             batch: Vec::with_capacity(batch_limit),
             outputs: Vec::with_capacity(max_running),
+            prompt_rows: Vec::new(),
             prefill_take: vec![0; max_running],
             prompts_left: Vec::with_capacity(max_running),
             prefill_planner: PrefillPlanner::default(),
@@ -178,20 +183,29 @@ impl<E: Executor> Scheduler<E> {
 
     fn admit(&mut self) {
         while self.admission_order.len() < self.slots.len() {
-            let Some(request) = self.queue.pop() else { break };
+            // A request runs as `n` sequences: it waits, keeping its turn, until `n` slots are free.
+            let free = self.slots.iter().filter(|s| s.is_none()).count();
+            let Some(request) = self.queue.pop_if(|r| r.is_cancelled() || r.n as usize <= free) else { break };
             if request.is_cancelled() {
-                self.queue.finish_one();
+                (0..request.n).for_each(|_| self.queue.finish_one());
                 self.stats.record_finished(request.prompt.len() as u32, 0, true);
                 continue;
             }
             let Some(slot) = self.free_slot() else { break };
-            let reused = self.load_prefix(slot, &request.prompt);
+            // Prompt scores need the logits of every prompt token: no cached prefix has them.
+            let reusable = if request.prompt_logprobs.is_some() { &[][..] } else { &request.prompt[..] };
+            let reused = self.load_prefix(slot, reusable);
             self.stats.record_prefix_query(request.prompt.len(), reused);
             self.executor.truncate_sequence(slot, reused as u32);
             self.executor.start_sequence(slot, &request.sampling, request.ignore_eos);
+            let choices: Vec<PendingRequest> = (1..request.n).map(|index| request.choice(index)).collect();
             self.slots[slot] = Some(Sequence::new(request, reused as u32));
             self.admission_order.push_back(slot);
             self.held_changed = true;
+            let forks = self.admit_choices(choices);
+            if let Some(seq) = self.slots[slot].as_mut() {
+                seq.forks = forks;
+            }
         }
     }
 
@@ -213,8 +227,11 @@ impl<E: Executor> Scheduler<E> {
     fn close_gap(&mut self) {
         let Some(free) = self.slots.iter().position(Option::is_none) else { return };
         let Some(highest) = self.slots.iter().rposition(Option::is_some) else { return };
-        let tokens_left = self.slots[highest].as_ref().map_or(0, |s| s.request.max_tokens.saturating_sub(s.generated));
-        if highest < free || tokens_left < MIN_TOKENS_LEFT_TO_MOVE {
+        let Some(seq) = self.slots[highest].as_ref() else { return };
+        let tokens_left = seq.request.max_tokens.saturating_sub(seq.generated);
+        // Choices tied to each other by slot wait for their fork before any of them moves.
+        let forking = seq.awaits_fork || !seq.forks.is_empty();
+        if highest < free || tokens_left < MIN_TOKENS_LEFT_TO_MOVE || forking {
             return;
         }
         self.preserve(free, 0);
@@ -263,15 +280,26 @@ impl<E: Executor> Scheduler<E> {
             }
             return;
         }
+        self.stats.record_prompt_computed(prefilled);
         for entry in &self.batch {
             if let Some(seq) = self.slots[entry.seq].as_mut() {
                 seq.cached = seq.cached.max(entry.pos + 1);
             }
         }
+        self.score_prompts();
+        self.fork_choices();
         let ctx_limit = self.executor.ctx_per_sequence();
         for i in 0..self.outputs.len() {
             let (slot, batch_index) = self.outputs[i];
             let Some(seq) = self.slots[slot].as_mut() else { continue };
+            if seq.request.prompt_logprobs.is_some() && seq.request.index == 0 && seq.is_prefilling() {
+                seq.send_prompt_scores(self.tokenizer.as_ref());
+            }
+            // Scoring a prompt without generating (`max_tokens` 0): done once it is computed.
+            if seq.request.max_tokens == 0 {
+                self.release(slot, FinishReason::Length, None);
+                continue;
+            }
             let accepted = seq.constraint_mask().and_then(|mask| {
                 let token = self.executor.sample(slot, batch_index, mask.as_ref());
                 if let Some(top) = seq.request.logprobs {
@@ -297,13 +325,14 @@ impl<E: Executor> Scheduler<E> {
     fn plan_batch(&mut self) {
         self.batch.clear();
         self.outputs.clear();
+        self.prompt_rows.clear();
         // A generating sequence feeds its last token, and any tokens its constraint forced.
         let generating: usize = self.slots.iter().flatten().map(|s| s.uncached_generated().len()).sum();
         let budget = self.step_budget.saturating_sub(generating);
         self.prefill_take.iter_mut().for_each(|n| *n = 0);
         self.prompts_left.clear();
         for &slot in &self.admission_order {
-            let Some(seq) = self.slots[slot].as_ref().filter(|s| s.is_prefilling()) else { continue };
+            let Some(seq) = self.slots[slot].as_ref().filter(|s| s.is_prefilling() && !s.awaits_fork) else { continue };
             self.prompts_left.push((slot, seq.prompt_left().len()));
         }
         self.prefill_planner.plan(budget, &self.prompts_left, &mut self.prefill_take);
@@ -323,12 +352,17 @@ impl<E: Executor> Scheduler<E> {
             }
             let take = self.prefill_take[slot];
             let completes_prompt = take > 0 && take == seq.prompt_left().len();
+            let scored = seq.request.prompt_logprobs.is_some();
             for (i, &token) in seq.prompt_left()[..take].iter().enumerate() {
-                let logits = completes_prompt && i + 1 == take;
-                if logits {
+                let sampled = completes_prompt && i + 1 == take;
+                let pos = seq.cached + i as u32;
+                if sampled {
                     self.outputs.push((slot, self.batch.len()));
                 }
-                self.batch.push(BatchToken { token, pos: seq.cached + i as u32, seq: slot, logits });
+                if scored {
+                    self.prompt_rows.push((slot, self.batch.len(), pos as usize));
+                }
+                self.batch.push(BatchToken { token, pos, seq: slot, logits: sampled || scored });
             }
         }
     }
@@ -372,18 +406,24 @@ impl<E: Executor> Scheduler<E> {
         self.admission_order.retain(|&s| s != slot);
         self.held_changed = true;
         self.queue.finish_one();
-        let id = seq.request.id;
-        let completion = seq.finish(reason, error);
+        let (id, first_choice) = (seq.request.id, seq.request.index == 0);
+        // Choices still waiting for this one's prompt end with it.
+        let forks = seq.forks.clone();
+        let completion = seq.finish(reason, error.clone());
         if matches!(reason, FinishReason::Eos | FinishReason::Stop | FinishReason::Length) {
             let tokens = f64::from(completion.usage.completion_tokens);
             self.expected_completion += 0.1 * (tokens - self.expected_completion);
         }
         tracing::debug!(id, reason = reason.as_str(), tokens = completion.usage.completion_tokens, "sequence released");
+        // A request's prompt counts once, however many choices it has.
         self.stats.record_finished(
-            completion.usage.prompt_tokens,
+            if first_choice { completion.usage.prompt_tokens } else { 0 },
             completion.usage.completion_tokens,
             reason == FinishReason::Cancelled,
         );
+        for fork in forks {
+            self.release(fork, reason, error.clone());
+        }
     }
 
     fn cancel_all(&mut self) {

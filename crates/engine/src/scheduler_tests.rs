@@ -119,7 +119,7 @@ impl Harness {
     }
 
     fn with_cache(max_running: usize, max_batch_tokens: usize, prefix_caching: bool, host_bytes: usize) -> Self {
-        let queue = Arc::new(WaitQueue::new(16, max_running));
+        let queue = Arc::new(WaitQueue::new(16, max_running).weighted(|r: &PendingRequest| r.n as usize));
         let executor = RecordingExecutor {
             ignore_masks: false,
             max_batch_tokens,
@@ -174,22 +174,31 @@ impl Harness {
     }
 
     fn submit_constrained(&mut self, prompt: &str, max_tokens: u32, constraint: Option<SequenceConstraint>) -> Events {
+        self.submit_with(prompt, max_tokens, |r| r.constraint = constraint)
+    }
+
+    /// Queues a request after `adjust` has set what the test needs.
+    fn submit_with(&mut self, prompt: &str, max_tokens: u32, adjust: impl FnOnce(&mut PendingRequest)) -> Events {
         self.next_id += 1;
         let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
         let prompt = ByteTokenizer.tokenize(prompt, false, false);
-        let request = PendingRequest {
+        let mut request = PendingRequest {
             id: self.next_id,
+            index: 0,
+            n: 1,
+            prompt_logprobs: None,
             expected_prefill: prompt.len(),
             prompt,
             max_tokens,
             sampling: SamplingParams::greedy(),
             stop: Vec::new(),
             ignore_eos: false,
-            constraint,
+            constraint: None,
             logprobs: None,
             submitted: Instant::now(),
             events,
         };
+        adjust(&mut request);
         assert!(self.queue.push(request).is_ok());
         receiver
     }
@@ -507,6 +516,9 @@ fn widening_the_last_chunk_of_a_prompt_takes_back_no_hits_it_never_had() {
     assert_eq!(h.scheduler.stats.snapshot().prefix.hit_tokens, a + 9 - 20, "only A's turn had hits");
 }
 
+#[path = "scheduler_tests_choices.rs"]
+mod choices;
+
 /// Every event of a finished request: its text, and the final event.
 fn drain(events: &mut Events) -> (String, rillm_backend::Completion) {
     let mut text = String::new();
@@ -514,6 +526,7 @@ fn drain(events: &mut Events) -> (String, rillm_backend::Completion) {
         match event {
             StreamEvent::Text { text: piece, .. } => text.push_str(&piece),
             StreamEvent::Finished(done) => return (text, done),
+            StreamEvent::Prompt(_) => {}
         }
     }
     panic!("no final event; text so far {text:?}");

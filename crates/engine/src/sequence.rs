@@ -8,12 +8,18 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::constraint::{Advance, ConstraintCounters, SequenceConstraint};
 use crate::runtime::{TokenId, Tokenizer};
 use crate::text_stream::{TextPiece, TextStream};
-use rillm_backend::{Completion, FinishReason, SamplingParams, ServerTimings, StreamEvent, TokenLogprob, Usage};
+use rillm_backend::{
+    Completion, FinishReason, PromptToken, SamplingParams, ServerTimings, StreamEvent, TokenLogprob, Usage,
+};
 
 /// A request waiting for a sequence slot, already tokenized and validated.
 #[derive(Debug)]
 pub(crate) struct PendingRequest {
     pub id: u64,
+    /// Which of the request's choices this is (0 for the request as submitted).
+    pub index: u32,
+    /// Choices the request asks for: it runs as this many sequences, sharing the prompt.
+    pub n: u32,
     pub prompt: Vec<TokenId>,
     /// Prompt tokens it is expected to compute, the rest predicted cached (for the wait
     /// forecast of requests queued behind it).
@@ -26,6 +32,8 @@ pub(crate) struct PendingRequest {
     pub constraint: Option<SequenceConstraint>,
     /// Alternatives per token when log-probabilities are asked for (`None`: not asked).
     pub logprobs: Option<u32>,
+    /// Alternatives per prompt token when the prompt is to be scored (`None`: not asked).
+    pub prompt_logprobs: Option<u32>,
     pub submitted: Instant,
     pub events: UnboundedSender<StreamEvent>,
 }
@@ -35,11 +43,28 @@ impl PendingRequest {
         self.events.is_closed()
     }
 
+    /// Choice `index` of this request: the same prompt and stream, its own constraint
+    /// matcher, and with a request seed its own (reproducible) sampling stream.
+    pub fn choice(&self, index: u32) -> Self {
+        let mut sampling = self.sampling.clone();
+        sampling.seed = sampling.seed.map(|seed| seed.wrapping_add(u64::from(index)));
+        Self {
+            index,
+            prompt: self.prompt.clone(),
+            sampling,
+            stop: self.stop.clone(),
+            constraint: self.constraint.clone(),
+            events: self.events.clone(),
+            ..*self
+        }
+    }
+
     /// Sends the final event for a request that never got a slot.
     pub fn finish_unstarted(self, reason: FinishReason, error: Option<String>) {
         let usage = Usage { prompt_tokens: self.prompt.len() as u32, ..Usage::default() };
         let queue_ms = ms(self.submitted.elapsed());
         let _ = self.events.send(StreamEvent::Finished(Completion {
+            index: self.index,
             finish_reason: reason,
             usage,
             timings: ServerTimings { queue_ms, ..ServerTimings::default() },
@@ -64,6 +89,13 @@ pub(crate) struct Sequence {
     /// Log-probabilities of generated tokens not yet sent, in token order: each text piece
     /// takes as many as it has token ids.
     unsent_logprobs: std::collections::VecDeque<TokenLogprob>,
+    /// Scores of prompt tokens 1.. computed so far (requests that score their prompt).
+    prompt_scores: Vec<TokenLogprob>,
+    /// Another choice of the same request computes the prompt; this one gets a copy of its
+    /// KV and samples from its logits when it is done (`take_fork`).
+    pub awaits_fork: bool,
+    /// Slots of the request's other choices waiting for this one's prompt.
+    pub forks: Vec<usize>,
     token_bytes: Vec<u8>,
     admitted: Instant,
     first_token_at: Option<Instant>,
@@ -82,6 +114,9 @@ impl Sequence {
             cached_prompt: reused,
             text,
             unsent_logprobs: std::collections::VecDeque::new(),
+            prompt_scores: Vec::new(),
+            awaits_fork: false,
+            forks: Vec::new(),
             token_bytes: Vec::with_capacity(32),
             admitted: Instant::now(),
             first_token_at: None,
@@ -99,9 +134,49 @@ impl Sequence {
         reused_before - self.cached_prompt
     }
 
+    /// Prompt tokens this sequence still has to compute (none while another choice
+    /// computes them for it).
     pub fn prompt_left(&self) -> &[TokenId] {
+        if self.awaits_fork {
+            return &[];
+        }
         let done = (self.cached as usize).min(self.request.prompt.len());
         &self.request.prompt[done..]
+    }
+
+    /// The choice that computed the prompt is done with it: this one now holds a copy of
+    /// its KV (`cached` tokens, `cached_prompt` of them reused from cache).
+    pub fn take_fork(&mut self, cached: u32, cached_prompt: u32) {
+        self.awaits_fork = false;
+        self.cached = cached;
+        self.cached_prompt = cached_prompt;
+    }
+
+    /// The tokens of its prompt it was reused from cache, for a fork of it.
+    pub fn cached_prompt(&self) -> u32 {
+        self.cached_prompt
+    }
+
+    /// The score of the prompt token after position `pos` (requests that score it).
+    pub fn note_prompt_logprob(&mut self, pos: usize, logprob: TokenLogprob) {
+        debug_assert_eq!(pos, self.prompt_scores.len());
+        self.prompt_scores.push(logprob);
+    }
+
+    /// Sends the scored prompt, the first token unscored (once, when its prefill is done).
+    pub fn send_prompt_scores(&mut self, tokenizer: &dyn Tokenizer) {
+        let Some(&first) = self.request.prompt.first() else { return };
+        let mut bytes = Vec::new();
+        tokenizer.append_token_bytes(first, &mut bytes);
+        let mut tokens = Vec::with_capacity(self.request.prompt.len());
+        tokens.push(PromptToken { token: first, bytes, logprob: None, top: Vec::new() });
+        tokens.extend(std::mem::take(&mut self.prompt_scores).into_iter().map(|l| PromptToken {
+            token: l.token,
+            bytes: l.bytes,
+            logprob: Some(l.logprob),
+            top: l.top,
+        }));
+        let _ = self.request.events.send(StreamEvent::Prompt(tokens));
     }
 
     pub fn is_prefilling(&self) -> bool {
@@ -218,6 +293,7 @@ impl Sequence {
         let now = Instant::now();
         let first = self.first_token_at.unwrap_or(now);
         let completion = Completion {
+            index: self.request.index,
             finish_reason: reason,
             usage: Usage {
                 prompt_tokens: self.request.prompt.len() as u32,
@@ -240,7 +316,7 @@ impl Sequence {
         let take = token_ids.len().min(self.unsent_logprobs.len());
         let logprobs = self.unsent_logprobs.drain(..take).collect();
         // A failed send means the caller is gone; the scheduler reaps it before the next step.
-        let _ = self.request.events.send(StreamEvent::Text { text, token_ids, logprobs });
+        let _ = self.request.events.send(StreamEvent::Text { index: self.request.index, text, token_ids, logprobs });
     }
 }
 

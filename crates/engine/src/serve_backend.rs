@@ -2,6 +2,7 @@
 
 use rillm_backend::{
     Backend, CacheLayout, GenerateRequest, Health, Prompt, Rejected, RequestStream, StatsSnapshot, TokenId,
+    TokenizerInfo,
 };
 
 use crate::engine::Engine;
@@ -24,6 +25,10 @@ impl Backend for Engine {
 
     fn model_name(&self) -> &str {
         Engine::model_name(self)
+    }
+
+    fn tokenizer_info(&self) -> TokenizerInfo {
+        Engine::tokenizer_info(self).clone()
     }
 
     fn context_length(&self) -> u32 {

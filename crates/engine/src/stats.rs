@@ -26,6 +26,8 @@ pub struct EngineStats {
     last_progress_ms: AtomicU64,
     steps: AtomicU64,
     prompt_tokens: AtomicU64,
+    /// Prompt tokens run through the model (cache hits not included).
+    prompt_tokens_computed: AtomicU64,
     generation_tokens: AtomicU64,
     finished: AtomicU64,
     cancelled: AtomicU64,
@@ -68,6 +70,7 @@ impl EngineStats {
             last_progress_ms: AtomicU64::new(0),
             steps: AtomicU64::new(0),
             prompt_tokens: AtomicU64::new(0),
+            prompt_tokens_computed: AtomicU64::new(0),
             generation_tokens: AtomicU64::new(0),
             finished: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
@@ -87,6 +90,7 @@ impl EngineStats {
             kv_cells_total: self.kv_cells_total.load(Relaxed),
             steps: self.steps.load(Relaxed),
             prompt_tokens: self.prompt_tokens.load(Relaxed),
+            prompt_tokens_computed: self.prompt_tokens_computed.load(Relaxed),
             generation_tokens: self.generation_tokens.load(Relaxed),
             finished: self.finished.load(Relaxed),
             cancelled: self.cancelled.load(Relaxed),
@@ -160,6 +164,10 @@ impl EngineStats {
 
     pub(crate) fn record_step(&self) {
         self.steps.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn record_prompt_computed(&self, tokens: usize) {
+        self.prompt_tokens_computed.fetch_add(tokens as u64, Relaxed);
     }
 
     pub(crate) fn record_finished(&self, prompt: u32, generated: u32, cancelled: bool) {

@@ -52,6 +52,9 @@ mod tests {
         let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
         let request = PendingRequest {
             id,
+            index: 0,
+            n: 1,
+            prompt_logprobs: None,
             prompt: vec![1, 2, 3],
             expected_prefill: 3,
             max_tokens: 4,

@@ -17,6 +17,8 @@ use crate::state::AppState;
 
 pub struct Admitted {
     pub stream: RequestStream,
+    /// Choices the request generates (its `n`).
+    pub choices: u32,
     pub observer: RequestObserver,
     /// Comment-line interval of its SSE response while no token comes.
     pub keep_alive: std::time::Duration,
@@ -39,6 +41,7 @@ pub async fn admit(
 ) -> Result<Admitted, ApiError> {
     let backend = state.ready_backend().inspect_err(|_| metrics::record_rejected("unavailable"))?.clone();
     let log_prompt = state.config.log_prompts.then(|| format!("{:?}", request.prompt));
+    let choices = request.n;
     // A constraint seen for the first time is compiled in `submit`: milliseconds of CPU.
     let submitted = if request.prompt.text_len() <= INLINE_PROMPT_BYTES && request.constraint.is_none() {
         backend.submit(request)
@@ -55,7 +58,7 @@ pub async fn admit(
         tracing::info!(id = stream.id(), endpoint, prompt = %prompt, "prompt");
     }
     let observer = RequestObserver::new(stream.id(), endpoint, &state.model_name(), received, state.in_flight.clone());
-    Ok(Admitted { stream, observer, keep_alive: state.config.sse_keep_alive })
+    Ok(Admitted { stream, choices, observer, keep_alive: state.config.sse_keep_alive })
 }
 
 /// Prompts up to this size are tokenized in place (well under a millisecond).
@@ -86,6 +89,7 @@ fn rejection_error(rejected: &Rejected, fields: &Fields) -> ApiError {
             ApiError::invalid(prompt_param, message).with_code("context_length_exceeded")
         }
         Rejected::EmptyPrompt => ApiError::invalid(prompt_param, message).with_code("empty_prompt"),
+        Rejected::TooManyChoices { .. } => ApiError::invalid("n", message),
         Rejected::InvalidRequest(_) => ApiError::invalid(prompt_param, message),
         Rejected::InvalidConstraint(_) => {
             ApiError::invalid(fields.constraint.clone().unwrap_or_else(|| "response_format".into()), message)
@@ -100,7 +104,10 @@ fn rejection_reason(rejected: &Rejected) -> &'static str {
         Rejected::QueueFull { .. } => "queue_full",
         Rejected::WouldWaitTooLong { .. } => "would_miss_deadline",
         Rejected::ContextOverflow { .. } => "context_overflow",
-        Rejected::EmptyPrompt | Rejected::InvalidRequest(_) | Rejected::InvalidConstraint(_) => "invalid",
+        Rejected::EmptyPrompt
+        | Rejected::InvalidRequest(_)
+        | Rejected::InvalidConstraint(_)
+        | Rejected::TooManyChoices { .. } => "invalid",
         Rejected::ShuttingDown | Rejected::EngineFailed(_) => "unavailable",
     }
 }

@@ -91,7 +91,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/chat/completions", post(routes::chat::chat_completions))
         .route("/v1/models", get(routes::info::models))
         .route("/tokenize", post(routes::tokenize::tokenize))
-        .route("/detokenize", post(routes::tokenize::detokenize));
+        .route("/detokenize", post(routes::tokenize::detokenize))
+        .route("/tokenizer_info", get(routes::tokenize::tokenizer_info));
     let metrics = Router::new().route("/metrics", get(routes::info::prometheus));
     let (protected, open) =
         if state.config.metrics_require_key { (protected.merge(metrics), Router::new()) } else { (protected, metrics) };

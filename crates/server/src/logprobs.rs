@@ -5,7 +5,7 @@
 //! The values are the engine's: the raw model distribution (log-softmax of the logits,
 //! before temperature, top-k/top-p and constraint masks), as vLLM reports by default.
 
-use rillm_backend::TokenLogprob;
+use rillm_backend::{PromptToken, TokenLogprob, TopLogprob};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -82,25 +82,59 @@ pub fn chat(logprobs: &[TokenLogprob]) -> Value {
     serde_json::json!({ "content": content })
 }
 
-/// Completions' parallel lists for these tokens; `offset` is where their text starts in
-/// the whole completion (streams carry it from chunk to chunk).
-pub fn completions(logprobs: &[TokenLogprob], offset: &mut usize) -> Value {
-    let mut tokens = Vec::with_capacity(logprobs.len());
-    let mut token_logprobs = Vec::with_capacity(logprobs.len());
-    let mut top_logprobs = Vec::with_capacity(logprobs.len());
-    let mut text_offset = Vec::with_capacity(logprobs.len());
-    for l in logprobs {
-        let token = text_of(&l.bytes);
-        text_offset.push(*offset);
+/// Completions' parallel lists (`tokens`, `token_logprobs`, `top_logprobs`,
+/// `text_offset`), built token by token: the echoed prompt's, then the completion's.
+#[derive(Default, Serialize)]
+pub struct CompletionLogprobs {
+    tokens: Vec<String>,
+    /// `null` for the first prompt token: nothing before it predicts it.
+    token_logprobs: Vec<Option<f32>>,
+    top_logprobs: Vec<Option<Map<String, Value>>>,
+    text_offset: Vec<usize>,
+}
+
+impl CompletionLogprobs {
+    /// `offset`: where the next token's text starts in the choice's text (streams carry it
+    /// from chunk to chunk).
+    fn push(&mut self, bytes: &[u8], logprob: Option<f32>, top: Option<&[TopLogprob]>, offset: &mut usize) {
+        let token = text_of(bytes);
+        self.text_offset.push(*offset);
         *offset += token.len();
-        tokens.push(token);
-        token_logprobs.push(l.logprob);
-        let top: Map<String, Value> = l.top.iter().map(|t| (text_of(&t.bytes), Value::from(t.logprob))).collect();
-        top_logprobs.push(top);
+        self.tokens.push(token);
+        self.token_logprobs.push(logprob);
+        self.top_logprobs
+            .push(top.map(|top| top.iter().map(|t| (text_of(&t.bytes), Value::from(t.logprob))).collect()));
     }
-    serde_json::json!({
-        "tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top_logprobs, "text_offset": text_offset,
-    })
+
+    pub fn add_prompt(&mut self, prompt: &[PromptToken], offset: &mut usize) {
+        for p in prompt {
+            let top = p.logprob.is_some().then_some(p.top.as_slice());
+            self.push(&p.bytes, p.logprob, top, offset);
+        }
+    }
+
+    pub fn add_generated(&mut self, logprobs: &[TokenLogprob], offset: &mut usize) {
+        for l in logprobs {
+            self.push(&l.bytes, Some(l.logprob), Some(&l.top), offset);
+        }
+    }
+
+    pub fn into_value(self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+/// Completions' lists for these generated tokens.
+pub fn completions(logprobs: &[TokenLogprob], offset: &mut usize) -> Value {
+    let mut lists = CompletionLogprobs::default();
+    lists.add_generated(logprobs, offset);
+    lists.into_value()
+}
+
+/// The text of an echoed prompt: its tokens' bytes, as the model read them.
+pub fn prompt_text(prompt: &[PromptToken]) -> String {
+    let bytes: Vec<u8> = prompt.iter().flat_map(|p| p.bytes.iter().copied()).collect();
+    text_of(&bytes)
 }
 
 /// `/generate`'s entries: chat's, with the token ids.
@@ -122,7 +156,6 @@ pub fn generate(logprobs: &[TokenLogprob]) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rillm_backend::TopLogprob;
 
     fn token(bytes: &[u8], logprob: f32) -> TokenLogprob {
         let top = vec![
@@ -155,6 +188,19 @@ mod tests {
         assert_eq!(second["text_offset"], serde_json::json!([6]));
         assert_eq!(second["tokens"], serde_json::json!([" world"]));
         assert_eq!(second["top_logprobs"][0]["x"], -2.5);
+        let prompt = [
+            PromptToken { token: 7, bytes: b"Hi".to_vec(), logprob: None, top: Vec::new() },
+            PromptToken { token: 8, bytes: b" there".to_vec(), logprob: Some(-3.0), top: token(b" there", -3.0).top },
+        ];
+        let (mut echoed, mut offset) = (CompletionLogprobs::default(), 0);
+        echoed.add_prompt(&prompt, &mut offset);
+        echoed.add_generated(&[token(b"!", -0.5)], &mut offset);
+        let echoed = echoed.into_value();
+        assert_eq!(echoed["tokens"], serde_json::json!(["Hi", " there", "!"]));
+        assert_eq!(echoed["token_logprobs"], serde_json::json!([null, -3.0, -0.5]));
+        assert_eq!(echoed["top_logprobs"][0], Value::Null, "the first prompt token has no alternatives");
+        assert_eq!(echoed["text_offset"], serde_json::json!([0, 2, 8]));
+        assert_eq!(prompt_text(&prompt), "Hi there");
         let entry = &chat(&[token(b"\xe2\x82", -0.25)])["content"][0];
         assert_eq!(entry["bytes"], serde_json::json!([0xe2, 0x82]), "partial UTF-8 keeps its bytes");
         assert_eq!(entry["top_logprobs"].as_array().map(Vec::len), Some(2));

@@ -23,6 +23,9 @@ pub const SUCCESS: &str = "vllm:request_success_total";
 pub const REJECTED: &str = "rillm_requests_rejected_total";
 pub const DISCONNECTS: &str = "rillm_client_disconnects_total";
 pub const SEQUENCES_MOVED: &str = "rillm_sequences_moved_total";
+/// Prompt tokens run through the model: cache hits are not, and a request with `n`
+/// choices runs its prompt once (`vllm:prompt_tokens_total` counts what requests sent).
+pub const PROMPT_TOKENS_COMPUTED: &str = "rillm_prompt_tokens_computed_total";
 pub const PREFIX_QUERIES: &str = "vllm:prefix_cache_queries_total";
 pub const PREFIX_HITS: &str = "vllm:prefix_cache_hits_total";
 pub const HOST_CACHE_BYTES: &str = "rillm_prefix_cache_host_bytes";
@@ -77,6 +80,7 @@ pub fn render(backend: Option<&dyn Backend>) -> String {
                 .set(1.0);
         }
         counter!(SEQUENCES_MOVED, "model_name" => model.clone()).absolute(stats.sequences_moved);
+        counter!(PROMPT_TOKENS_COMPUTED, "model_name" => model.clone()).absolute(stats.prompt_tokens_computed);
         render_prefix_cache(&model, &stats.prefix);
         render_structured(&model, &stats.constraints);
     }

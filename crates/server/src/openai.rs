@@ -40,6 +40,8 @@ pub struct GenerationParams {
     /// The field name `max_tokens` came from, for error messages.
     pub max_tokens_param: &'static str,
     pub default_max_tokens: Option<u32>,
+    /// `max_tokens` may be 0: the prompt is echoed with its scores and nothing generated.
+    pub echo: bool,
     pub temperature: Option<f64>,
     pub default_temperature: f32,
     pub top_p: Option<f64>,
@@ -56,11 +58,12 @@ impl GenerationParams {
     pub fn into_request(self, prompt: Prompt) -> Result<GenerateRequest, ApiError> {
         let max_tokens = match self.max_tokens {
             None => self.default_max_tokens,
-            Some(n) if n < 1 => {
+            Some(n) if n < i64::from(!self.echo) => {
+                let least = if self.echo { "0" } else { "1 (0 only with `echo`)" };
                 return Err(ApiError::invalid(
                     self.max_tokens_param,
-                    format!("`{}` must be at least 1, got {n}", self.max_tokens_param),
-                ))
+                    format!("`{}` must be at least {least}, got {n}", self.max_tokens_param),
+                ));
             }
             Some(n) => Some(u32::try_from(n).map_err(|_| {
                 ApiError::invalid(self.max_tokens_param, format!("`{}` is too large", self.max_tokens_param))
@@ -88,9 +91,12 @@ impl GenerationParams {
                 ))
             }
         };
-        if let Some(n) = self.n.filter(|&n| n != 1) {
-            return Err(ApiError::invalid("n", format!("only `n` = 1 is supported, got {n}")));
-        }
+        // The upper bound is the engine's (`--max-running`): it answers a 400 naming `n`.
+        let n = match self.n {
+            None => 1,
+            Some(n) if n >= 1 => u32::try_from(n).unwrap_or(u32::MAX),
+            Some(n) => return Err(ApiError::invalid("n", format!("`n` must be at least 1, got {n}"))),
+        };
         for (name, value) in
             [("presence_penalty", self.presence_penalty), ("frequency_penalty", self.frequency_penalty)]
         {
@@ -113,6 +119,7 @@ impl GenerationParams {
         let mut request = GenerateRequest::new(prompt).with_sampling(sampling).with_stop(stop);
         request.max_tokens = max_tokens;
         request.ignore_eos = self.ignore_eos.unwrap_or(false);
+        request.n = n;
         Ok(request)
     }
 }
@@ -211,7 +218,7 @@ pub async fn respond<F: StreamFormat>(
         return Ok(sse_response(admitted, format));
     }
     let collected = collect(admitted).await;
-    if let Some(error) = &collected.done.error {
+    if let Some(error) = collected.choices.iter().find_map(|c| c.done.error.as_ref()) {
         return Err(ApiError::internal(error.clone()));
     }
     Ok(Json(whole(&format, collected)).into_response())

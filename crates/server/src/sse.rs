@@ -9,31 +9,76 @@ use axum::http::HeaderValue;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use rillm_backend::{Completion, FinishReason, ServerTimings, StreamEvent, TokenLogprob, Usage};
+use rillm_backend::{Completion, FinishReason, PromptToken, ServerTimings, StreamEvent, TokenLogprob, Usage};
 
 use crate::admission::Admitted;
 
-/// How one protocol spells the events of a stream.
+/// How one protocol spells the events of a stream. A request with `n` choices interleaves
+/// them; each event names its choice's index.
 pub trait StreamFormat: Send + 'static {
-    /// Sent before the first text (chat's role delta).
+    /// Sent before anything else (chat's role delta for each choice).
     fn opening(&mut self) -> Vec<Event> {
         Vec::new()
     }
-    /// New text; `logprobs` has an entry per token when the request asked for them.
-    fn text(&mut self, text: &str, token_ids: &[u32], logprobs: &[TokenLogprob]) -> Event;
-    /// Sent after the last text.
-    fn finish(&mut self, done: &Completion) -> Vec<Event>;
+    /// The scored prompt, before any text (requests that echo it).
+    fn prompt(&mut self, prompt: &[PromptToken]) -> Vec<Event> {
+        let _ = prompt;
+        Vec::new()
+    }
+    /// New text of choice `index`; `logprobs` has an entry per token when asked for.
+    fn text(&mut self, index: u32, text: &str, token_ids: &[u32], logprobs: &[TokenLogprob]) -> Event;
+    /// Choice `done.index` ended.
+    fn choice_done(&mut self, done: &Completion) -> Vec<Event>;
+    /// Every choice ended; `usage` is the whole request's.
+    fn end(&mut self, usage: &Usage) -> Vec<Event> {
+        let _ = usage;
+        Vec::new()
+    }
+}
+
+/// Follows the choices of one request to their ends, adding up their usage.
+struct Choices {
+    left: u32,
+    usage: Usage,
+    last: Option<Completion>,
+}
+
+impl Choices {
+    fn new(n: u32) -> Self {
+        Self { left: n.max(1), usage: Usage::default(), last: None }
+    }
+
+    /// Counts a choice's end; the request's own completion once it was the last.
+    fn finished(&mut self, done: &Completion) -> Option<Completion> {
+        // Each choice reports the shared prompt; it was computed once.
+        self.usage.prompt_tokens = done.usage.prompt_tokens;
+        self.usage.cached_tokens = done.usage.cached_tokens;
+        self.usage.completion_tokens += done.usage.completion_tokens;
+        self.left = self.left.saturating_sub(1);
+        // The request failed if any choice did.
+        if self.last.as_ref().is_none_or(|l| l.error.is_none()) {
+            self.last = Some(done.clone());
+        }
+        (self.left == 0).then(|| self.whole())
+    }
+
+    fn whole(&self) -> Completion {
+        let last = self.last.clone().unwrap_or_else(|| engine_lost(0));
+        Completion { usage: self.usage, ..last }
+    }
 }
 
 pub fn sse_response(admitted: Admitted, format: impl StreamFormat) -> Response {
     struct Progress<F> {
         admitted: Admitted,
         format: F,
+        choices: Choices,
         opened: bool,
         done: bool,
     }
     let keep_alive = admitted.keep_alive;
-    let progress = Progress { admitted, format, opened: false, done: false };
+    let choices = Choices::new(admitted.choices);
+    let progress = Progress { admitted, format, choices, opened: false, done: false };
     let events = futures::stream::unfold(progress, |mut p| async move {
         if p.done {
             return None;
@@ -44,20 +89,27 @@ pub fn sse_response(admitted: Admitted, format: impl StreamFormat) -> Response {
             return Some((opening, p));
         }
         let events = match p.admitted.stream.next_event().await {
-            Some(StreamEvent::Text { text, token_ids, logprobs }) => {
+            Some(StreamEvent::Prompt(prompt)) => p.format.prompt(&prompt),
+            Some(StreamEvent::Text { index, text, token_ids, logprobs }) => {
                 p.admitted.observer.on_tokens(token_ids.len());
-                vec![p.format.text(&text, &token_ids, &logprobs)]
+                vec![p.format.text(index, &text, &token_ids, &logprobs)]
             }
             Some(StreamEvent::Finished(done)) => {
-                p.done = true;
-                p.admitted.observer.on_finish(&done);
-                p.format.finish(&done)
+                let mut events = p.format.choice_done(&done);
+                if let Some(whole) = p.choices.finished(&done) {
+                    p.done = true;
+                    p.admitted.observer.on_finish(&whole);
+                    events.extend(p.format.end(&whole.usage));
+                }
+                events
             }
             None => {
                 p.done = true;
-                let lost = engine_lost();
+                let lost = engine_lost(p.admitted.choices - p.choices.left);
                 p.admitted.observer.on_finish(&lost);
-                p.format.finish(&lost)
+                let mut events = p.format.choice_done(&lost);
+                events.extend(p.format.end(&p.choices.usage));
+                events
             }
         };
         Some((events, p))
@@ -71,35 +123,58 @@ pub fn sse_response(admitted: Admitted, format: impl StreamFormat) -> Response {
     response
 }
 
-/// A whole completion: its text, its tokens' log-probabilities (when asked) and its end.
-pub struct Collected {
+/// One whole choice: its text, its tokens' log-probabilities (when asked) and its end.
+pub struct CollectedChoice {
     pub text: String,
     pub logprobs: Vec<TokenLogprob>,
     pub done: Completion,
 }
 
-/// Waits for the whole completion. Dropping the returned future (client gone) cancels.
-pub async fn collect(mut admitted: Admitted) -> Collected {
-    let (mut text, mut all_logprobs) = (String::new(), Vec::new());
-    loop {
-        let done = match admitted.stream.next_event().await {
-            Some(StreamEvent::Text { text: piece, token_ids, logprobs }) => {
-                admitted.observer.on_tokens(token_ids.len());
-                text.push_str(&piece);
-                all_logprobs.extend(logprobs);
-                continue;
-            }
-            Some(StreamEvent::Finished(done)) => done,
-            None => engine_lost(),
-        };
-        admitted.observer.on_finish(&done);
-        return Collected { text, logprobs: all_logprobs, done };
-    }
+/// A whole request: its choices in index order, the scored prompt (when asked), and the
+/// request's own completion (usage added up over the choices; an error if any failed).
+pub struct Collected {
+    pub choices: Vec<CollectedChoice>,
+    pub prompt: Vec<PromptToken>,
+    pub done: Completion,
 }
 
-/// The engine thread ended without finishing the request (it died or was shut down).
-fn engine_lost() -> Completion {
+/// Waits for every choice. Dropping the returned future (client gone) cancels them all.
+pub async fn collect(mut admitted: Admitted) -> Collected {
+    let n = admitted.choices.max(1);
+    let mut choices: Vec<CollectedChoice> =
+        (0..n).map(|i| CollectedChoice { text: String::new(), logprobs: Vec::new(), done: engine_lost(i) }).collect();
+    let mut prompt = Vec::new();
+    let mut progress = Choices::new(n);
+    let done = loop {
+        match admitted.stream.next_event().await {
+            Some(StreamEvent::Prompt(tokens)) => prompt = tokens,
+            Some(StreamEvent::Text { index, text, token_ids, logprobs }) => {
+                admitted.observer.on_tokens(token_ids.len());
+                if let Some(choice) = choices.get_mut(index as usize) {
+                    choice.text.push_str(&text);
+                    choice.logprobs.extend(logprobs);
+                }
+            }
+            Some(StreamEvent::Finished(done)) => {
+                let whole = progress.finished(&done);
+                if let Some(choice) = choices.get_mut(done.index as usize) {
+                    choice.done = done;
+                }
+                if let Some(whole) = whole {
+                    break whole;
+                }
+            }
+            None => break Completion { usage: progress.usage, ..engine_lost(0) },
+        }
+    };
+    admitted.observer.on_finish(&done);
+    Collected { choices, prompt, done }
+}
+
+/// The engine thread ended without finishing choice `index` (it died or was shut down).
+fn engine_lost(index: u32) -> Completion {
     Completion {
+        index,
         finish_reason: FinishReason::Error,
         usage: Usage::default(),
         timings: ServerTimings::default(),

@@ -5,7 +5,7 @@ use std::time::Instant;
 use axum::extract::State;
 use axum::response::sse::Event;
 use axum::response::Response;
-use rillm_backend::{ChatMessage, Completion, Prompt, TokenLogprob};
+use rillm_backend::{ChatMessage, Completion, Prompt, TokenLogprob, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -129,6 +129,7 @@ pub async fn chat_completions(
         max_tokens_param,
         // Unset means "until end of turn or the context is full", as in vLLM.
         default_max_tokens: None,
+        echo: false,
         temperature: body.temperature,
         default_temperature: 1.0,
         top_p: body.top_p,
@@ -147,20 +148,22 @@ pub async fn chat_completions(
     let format = ChatFormat {
         meta: ResponseMeta::new("chatcmpl", &admitted, &state, body.stream_options),
         logprobs: logprobs.is_some(),
+        choices: admitted.choices,
     };
     respond(admitted, format, body.stream, |f, whole| {
-        f.meta.object(
-            "chat.completion",
-            json!({
-                "choices": [{
-                    "index": 0,
-                    "message": {"role": "assistant", "content": whole.text},
-                    "logprobs": f.logprobs.then(|| crate::logprobs::chat(&whole.logprobs)),
-                    "finish_reason": openai_finish_reason(whole.done.finish_reason),
-                }],
-                "usage": usage_json(&whole.done.usage),
-            }),
-        )
+        let choices: Vec<Value> = whole
+            .choices
+            .iter()
+            .map(|choice| {
+                json!({
+                    "index": choice.done.index,
+                    "message": {"role": "assistant", "content": choice.text},
+                    "logprobs": f.logprobs.then(|| crate::logprobs::chat(&choice.logprobs)),
+                    "finish_reason": openai_finish_reason(choice.done.finish_reason),
+                })
+            })
+            .collect();
+        f.meta.object("chat.completion", json!({"choices": choices, "usage": usage_json(&whole.done.usage)}))
     })
     .await
 }
@@ -169,6 +172,8 @@ struct ChatFormat {
     meta: ResponseMeta,
     /// Whether the request asked for log-probabilities.
     logprobs: bool,
+    /// The request's `n`.
+    choices: u32,
 }
 
 #[derive(Serialize)]
@@ -188,33 +193,47 @@ struct Delta<'a> {
 }
 
 impl ChatFormat {
-    fn chunk(&self, delta: Delta<'_>, finish_reason: Option<&'static str>) -> Event {
-        self.chunk_with(delta, None, finish_reason)
+    fn chunk(&self, index: u32, delta: Delta<'_>, finish_reason: Option<&'static str>) -> Event {
+        self.chunk_with(index, delta, None, finish_reason)
     }
 
-    fn chunk_with(&self, delta: Delta<'_>, logprobs: Option<Value>, finish_reason: Option<&'static str>) -> Event {
-        self.meta.chunk("chat.completion.chunk", DeltaChoice { index: 0, delta, logprobs, finish_reason })
+    fn chunk_with(
+        &self,
+        index: u32,
+        delta: Delta<'_>,
+        logprobs: Option<Value>,
+        finish_reason: Option<&'static str>,
+    ) -> Event {
+        self.meta.chunk("chat.completion.chunk", DeltaChoice { index, delta, logprobs, finish_reason })
     }
 }
 
 impl StreamFormat for ChatFormat {
     fn opening(&mut self) -> Vec<Event> {
-        vec![self.chunk(Delta { role: Some("assistant"), content: Some("") }, None)]
+        (0..self.choices.max(1))
+            .map(|index| self.chunk(index, Delta { role: Some("assistant"), content: Some("") }, None))
+            .collect()
     }
 
-    fn text(&mut self, text: &str, _token_ids: &[u32], logprobs: &[TokenLogprob]) -> Event {
+    fn text(&mut self, index: u32, text: &str, _token_ids: &[u32], logprobs: &[TokenLogprob]) -> Event {
         let logprobs = self.logprobs.then(|| crate::logprobs::chat(logprobs));
-        self.chunk_with(Delta { role: None, content: Some(text) }, logprobs, None)
+        self.chunk_with(index, Delta { role: None, content: Some(text) }, logprobs, None)
     }
 
-    fn finish(&mut self, done: &Completion) -> Vec<Event> {
-        let mut events = Vec::with_capacity(4);
+    fn choice_done(&mut self, done: &Completion) -> Vec<Event> {
+        let mut events = Vec::with_capacity(2);
         if let Some(error) = &done.error {
             events.push(json_event(&ApiError::internal(error.clone()).body()));
         }
-        events.push(self.chunk(Delta { role: None, content: None }, Some(openai_finish_reason(done.finish_reason))));
+        let reason = Some(openai_finish_reason(done.finish_reason));
+        events.push(self.chunk(done.index, Delta { role: None, content: None }, reason));
+        events
+    }
+
+    fn end(&mut self, usage: &Usage) -> Vec<Event> {
+        let mut events = Vec::with_capacity(2);
         if self.meta.include_usage {
-            let usage = json!({"choices": [], "usage": usage_json(&done.usage)});
+            let usage = json!({"choices": [], "usage": usage_json(usage)});
             events.push(json_event(&self.meta.object("chat.completion.chunk", usage)));
         }
         events.push(Event::default().data("[DONE]"));

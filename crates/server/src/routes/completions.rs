@@ -5,13 +5,14 @@ use std::time::Instant;
 use axum::extract::State;
 use axum::response::sse::Event;
 use axum::response::Response;
-use rillm_backend::{Completion, Prompt, TokenLogprob};
+use rillm_backend::{Completion, Prompt, PromptToken, TokenLogprob, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::admission::admit;
 use crate::error::ApiError;
 use crate::json::JsonBody;
+use crate::logprobs::{prompt_text, CompletionLogprobs};
 use crate::openai::{
     openai_finish_reason, reject_if, respond, usage_json, GenerationParams, ResponseMeta, StopInput, StreamOptions,
 };
@@ -24,9 +25,43 @@ use crate::structured::{constrain, refuse_unknown_fields, ConstraintFields};
 pub enum PromptInput {
     One(String),
     Many(Vec<String>),
-    /// Recognised only to be refused with a clear message.
-    #[allow(dead_code)]
+    /// Token ids, as evaluation harnesses send them (lm-evaluation-harness).
     Tokens(Vec<i64>),
+    ManyTokens(Vec<Vec<i64>>),
+}
+
+impl PromptInput {
+    /// The one prompt of the request (a list must hold exactly one).
+    fn into_prompt(self) -> Result<Prompt, ApiError> {
+        let one =
+            |count: usize| ApiError::invalid("prompt", format!("one prompt per request is supported, got {count}"));
+        let prompt = match self {
+            Self::One(text) => Prompt::Text(text),
+            Self::Many(mut list) if list.len() == 1 => Prompt::Text(list.remove(0)),
+            Self::Many(list) => return Err(one(list.len())),
+            Self::Tokens(ids) => Prompt::Tokens(token_ids(&ids)?),
+            Self::ManyTokens(list) if list.len() == 1 => Prompt::Tokens(token_ids(&list[0])?),
+            Self::ManyTokens(list) => return Err(one(list.len())),
+        };
+        let empty = match &prompt {
+            Prompt::Text(text) => text.is_empty(),
+            Prompt::Tokens(ids) => ids.is_empty(),
+            Prompt::Chat(messages) => messages.is_empty(),
+        };
+        if empty {
+            return Err(ApiError::invalid("prompt", "`prompt` must not be empty"));
+        }
+        Ok(prompt)
+    }
+}
+
+fn token_ids(ids: &[i64]) -> Result<Vec<u32>, ApiError> {
+    ids.iter()
+        .enumerate()
+        .map(|(i, &id)| {
+            u32::try_from(id).map_err(|_| ApiError::invalid("prompt", format!("prompt[{i}] = {id} is not a token id")))
+        })
+        .collect()
 }
 
 #[derive(Debug, Deserialize)]
@@ -67,27 +102,15 @@ pub async fn completions(
     let received = Instant::now();
     state.check_model(body.model.as_deref())?;
     let logprobs = crate::logprobs::completions_request(body.logprobs.as_ref())?;
-    reject_if(body.echo, "echo")?;
     reject_if(body.best_of.is_some_and(|b| b != 1), "best_of")?;
     refuse_unknown_fields(&body.other)?;
     let constraint = body.constraints.into_constraint()?;
-    let prompt = match body.prompt {
-        PromptInput::One(p) => p,
-        PromptInput::Many(mut list) if list.len() == 1 => list.remove(0),
-        PromptInput::Many(list) => {
-            return Err(ApiError::invalid("prompt", format!("one prompt per request is supported, got {}", list.len())))
-        }
-        PromptInput::Tokens(_) => {
-            return Err(ApiError::invalid("prompt", "token-id prompts are not supported; send text"))
-        }
-    };
-    if prompt.is_empty() {
-        return Err(ApiError::invalid("prompt", "`prompt` must not be empty"));
-    }
+    let prompt = body.prompt.into_prompt()?;
     let mut request = GenerationParams {
         max_tokens: body.max_tokens,
         max_tokens_param: "max_tokens",
         default_max_tokens: Some(DEFAULT_MAX_TOKENS),
+        echo: body.echo,
         temperature: body.temperature,
         default_temperature: 1.0,
         top_p: body.top_p,
@@ -99,22 +122,40 @@ pub async fn completions(
         presence_penalty: body.presence_penalty,
         frequency_penalty: body.frequency_penalty,
     }
-    .into_request(Prompt::Text(prompt))?;
+    .into_request(prompt)?;
     request.logprobs = logprobs;
+    // Echo returns the prompt as the model scored it; its scores are computed only if asked.
+    if body.echo {
+        request.prompt_logprobs = Some(logprobs.unwrap_or(0));
+    }
     let fields = constrain(&mut request, constraint, "prompt");
     let admitted = admit(&state, "completions", fields, request, received).await?;
     let meta = ResponseMeta::new("cmpl", &admitted, &state, body.stream_options);
-    let format = CompletionFormat { meta, logprobs: logprobs.is_some(), text_offset: 0 };
+    let text_offset = vec![0; admitted.choices as usize];
+    let format = CompletionFormat { meta, logprobs: logprobs.is_some(), echo: body.echo, text_offset };
     respond(admitted, format, body.stream, |f, whole| {
-        let logprobs = f.logprobs.then(|| crate::logprobs::completions(&whole.logprobs, &mut 0));
-        let reason = openai_finish_reason(whole.done.finish_reason);
-        f.meta.object(
-            "text_completion",
-            json!({
-                "choices": [{"index": 0, "text": whole.text, "logprobs": logprobs, "finish_reason": reason}],
-                "usage": usage_json(&whole.done.usage),
-            }),
-        )
+        let choices: Vec<Value> = whole
+            .choices
+            .iter()
+            .map(|choice| {
+                let mut offset = 0;
+                let mut lists = CompletionLogprobs::default();
+                let mut text = String::new();
+                if f.echo {
+                    text = prompt_text(&whole.prompt);
+                    lists.add_prompt(&whole.prompt, &mut offset);
+                }
+                text.push_str(&choice.text);
+                lists.add_generated(&choice.logprobs, &mut offset);
+                json!({
+                    "index": choice.done.index,
+                    "text": text,
+                    "logprobs": f.logprobs.then(|| lists.into_value()),
+                    "finish_reason": openai_finish_reason(choice.done.finish_reason),
+                })
+            })
+            .collect();
+        f.meta.object("text_completion", json!({"choices": choices, "usage": usage_json(&whole.done.usage)}))
     })
     .await
 }
@@ -123,8 +164,10 @@ struct CompletionFormat {
     meta: ResponseMeta,
     /// Whether the request asked for log-probabilities.
     logprobs: bool,
-    /// Bytes of completion text streamed so far: where the next chunk's tokens start.
-    text_offset: usize,
+    /// Each choice's text starts with the prompt.
+    echo: bool,
+    /// Per choice, bytes of its text streamed so far: where its next chunk's tokens start.
+    text_offset: Vec<usize>,
 }
 
 #[derive(Serialize)]
@@ -136,26 +179,55 @@ struct TextChoice<'a> {
 }
 
 impl CompletionFormat {
-    fn chunk(&self, text: &str, logprobs: Option<Value>, finish_reason: Option<&'static str>) -> Event {
-        self.meta.chunk("text_completion", TextChoice { index: 0, text, logprobs, finish_reason })
+    fn chunk(&self, index: u32, text: &str, logprobs: Option<Value>, finish_reason: Option<&'static str>) -> Event {
+        self.meta.chunk("text_completion", TextChoice { index, text, logprobs, finish_reason })
+    }
+
+    fn offset(&mut self, index: u32) -> &mut usize {
+        let i = index as usize;
+        if self.text_offset.len() <= i {
+            self.text_offset.resize(i + 1, 0);
+        }
+        &mut self.text_offset[i]
     }
 }
 
 impl StreamFormat for CompletionFormat {
-    fn text(&mut self, text: &str, _token_ids: &[u32], logprobs: &[TokenLogprob]) -> Event {
-        let logprobs = self.logprobs.then(|| crate::logprobs::completions(logprobs, &mut self.text_offset));
-        self.chunk(text, logprobs, None)
+    /// Echo: each choice's first chunk is the prompt, with its scores when asked.
+    fn prompt(&mut self, prompt: &[PromptToken]) -> Vec<Event> {
+        if !self.echo {
+            return Vec::new();
+        }
+        let text = prompt_text(prompt);
+        (0..self.text_offset.len() as u32)
+            .map(|index| {
+                let mut lists = CompletionLogprobs::default();
+                lists.add_prompt(prompt, self.offset(index));
+                let logprobs = self.logprobs.then(|| lists.into_value());
+                self.chunk(index, &text, logprobs, None)
+            })
+            .collect()
     }
 
-    fn finish(&mut self, done: &Completion) -> Vec<Event> {
-        let mut events = Vec::with_capacity(4);
+    fn text(&mut self, index: u32, text: &str, _token_ids: &[u32], logprobs: &[TokenLogprob]) -> Event {
+        let logprobs = self.logprobs.then(|| crate::logprobs::completions(logprobs, self.offset(index)));
+        self.chunk(index, text, logprobs, None)
+    }
+
+    fn choice_done(&mut self, done: &Completion) -> Vec<Event> {
+        let mut events = Vec::with_capacity(2);
         if let Some(error) = &done.error {
             events.push(json_event(&ApiError::internal(error.clone()).body()));
         }
         let reason = openai_finish_reason(done.finish_reason);
-        events.push(self.chunk("", None, Some(reason)));
+        events.push(self.chunk(done.index, "", None, Some(reason)));
+        events
+    }
+
+    fn end(&mut self, usage: &Usage) -> Vec<Event> {
+        let mut events = Vec::with_capacity(2);
         if self.meta.include_usage {
-            let usage = json!({"choices": [], "usage": usage_json(&done.usage)});
+            let usage = json!({"choices": [], "usage": usage_json(usage)});
             events.push(json_event(&self.meta.object("text_completion", usage)));
         }
         events.push(Event::default().data("[DONE]"));

@@ -97,12 +97,12 @@ struct TextEvent<'a> {
 }
 
 impl StreamFormat for GenerateFormat {
-    fn text(&mut self, text: &str, token_ids: &[u32], logprobs: &[TokenLogprob]) -> Event {
+    fn text(&mut self, _index: u32, text: &str, token_ids: &[u32], logprobs: &[TokenLogprob]) -> Event {
         let logprobs = (!logprobs.is_empty()).then(|| crate::logprobs::generate(logprobs));
         json_event(&TextEvent { text, token_ids, logprobs })
     }
 
-    fn finish(&mut self, done: &Completion) -> Vec<Event> {
+    fn choice_done(&mut self, done: &Completion) -> Vec<Event> {
         let t = &done.timings;
         let body = json!({
             "finish_reason": done.finish_reason.as_str(),

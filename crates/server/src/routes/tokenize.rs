@@ -60,6 +60,23 @@ pub async fn tokenize(
         .into_response())
 }
 
+/// `GET /tokenizer_info` in vLLM's shape: the special tokens and chat template, which
+/// lm-evaluation-harness's `tokenizer_backend=remote` reads before tokenizing through
+/// `/tokenize`.
+pub async fn tokenizer_info(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let backend = state.backend().ok_or_else(|| ApiError::unavailable("the model is still loading"))?;
+    let info = backend.tokenizer_info();
+    Ok(Json(json!({
+        "tokenizer_class": "LlamaCppTokenizer",
+        "bos_token": info.bos_token,
+        "eos_token": info.eos_token,
+        "pad_token": null,
+        "chat_template": info.chat_template,
+        "model_max_length": backend.context_length(),
+    }))
+    .into_response())
+}
+
 pub async fn detokenize(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<DetokenizeBody>,
