@@ -1,4 +1,5 @@
-"""Log-probabilities through the official `openai` SDK, parsed into its own types.
+"""Log-probabilities, prompt scoring and `n` through the official `openai` SDK, parsed into
+its own types.
 
 Run by crates/server/tests/openai_sdk.rs against a real `rillm serve` on loopback:
     python3 tests/sdk/logprobs.py http://127.0.0.1:PORT
@@ -44,6 +45,42 @@ def main(base: str) -> None:
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) > 0, lp
     assert "".join(lp.tokens) == legacy.choices[0].text
     print("completions:", list(zip(lp.tokens, lp.token_logprobs)))
+
+    # Prompt scoring, as evaluation harnesses ask for it: echo, logprobs, nothing generated.
+    scored = client.completions.create(model=model, prompt="One, two, three,", max_tokens=0, echo=True, logprobs=1)
+    lp = scored.choices[0].logprobs
+    assert scored.choices[0].text == "One, two, three,", scored
+    assert lp.token_logprobs[0] is None and all(v <= 0 for v in lp.token_logprobs[1:]), lp
+    assert scored.usage.completion_tokens == 0 and scored.usage.prompt_tokens == len(lp.tokens), scored.usage
+    # The legacy answer above continued the same prompt greedily: its first token's logprob
+    # is what scoring prompt + that token gives at that position.
+    continued = client.completions.create(
+        model=model, prompt="One, two, three," + legacy.choices[0].text, max_tokens=0, echo=True, logprobs=0
+    )
+    at = len(lp.tokens)
+    assert continued.choices[0].logprobs.tokens[at] == legacy.choices[0].logprobs.tokens[0]
+    assert math.isclose(
+        continued.choices[0].logprobs.token_logprobs[at], legacy.choices[0].logprobs.token_logprobs[0], abs_tol=0.05
+    )
+    print("echo:", list(zip(lp.tokens, lp.token_logprobs)))
+
+    # n choices, whole and streamed.
+    many = client.chat.completions.create(model=model, messages=messages, max_tokens=8, n=3, seed=5, temperature=1)
+    assert [c.index for c in many.choices] == [0, 1, 2], many
+    assert all(c.finish_reason in ("stop", "length") for c in many.choices)
+    print("n=3:", [c.message.content for c in many.choices])
+    stream = client.chat.completions.create(
+        model=model, messages=messages, max_tokens=8, n=3, stream=True, stream_options={"include_usage": True}
+    )
+    texts, ended, usage = ["", "", ""], set(), None
+    for chunk in stream:
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            texts[choice.index] += choice.delta.content or ""
+            if choice.finish_reason:
+                ended.add(choice.index)
+    assert ended == {0, 1, 2} and usage and usage.completion_tokens >= 3, (ended, usage)
+    print("streamed n=3:", texts)
 
     try:
         client.chat.completions.create(model=model, messages=messages, logprobs=True, top_logprobs=21)

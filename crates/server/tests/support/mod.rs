@@ -47,15 +47,38 @@ fn model_path() -> std::path::PathBuf {
 impl TestServer {
     pub async fn start(opts: Options) -> Self {
         let serial = SERIAL.lock().await;
+        let config = Self::engine_config(&opts);
+        let load = move || Engine::start(config).map(|e| Arc::new(e) as Arc<dyn Backend>);
+        Self::serve(opts, load, serial).await
+    }
+
+    /// A server over an engine the test can also call directly (to check what the HTTP
+    /// path reports against the engine's own answers).
+    pub async fn start_sharing_engine(opts: Options) -> (Self, Engine) {
+        let serial = SERIAL.lock().await;
+        let engine = Engine::start(Self::engine_config(&opts)).expect("engine starts");
+        let shared = engine.clone();
+        let load = move || Ok(Arc::new(shared) as Arc<dyn Backend>);
+        (Self::serve(opts, load, serial).await, engine)
+    }
+
+    fn engine_config(opts: &Options) -> EngineConfig {
         let mut config = EngineConfig::new(model_path());
         config.max_running = opts.max_running;
         config.max_waiting = opts.max_waiting;
         config.ctx_per_sequence = opts.ctx;
         config.max_queue_ms = opts.max_queue_ms;
+        config
+    }
+
+    async fn serve(
+        opts: Options,
+        load: impl FnOnce() -> Result<Arc<dyn Backend>, rillm_engine::EngineError> + Send + 'static,
+        serial: MutexGuard<'static, ()>,
+    ) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr: SocketAddr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        let load = move || Engine::start(config).map(|e| Arc::new(e) as Arc<dyn Backend>);
         let task = tokio::spawn(rillm_server::run(listener, opts.server, load, async move {
             let _ = stopped.await;
         }));
