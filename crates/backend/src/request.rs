@@ -103,7 +103,8 @@ impl Constraint {
 pub struct GenerateRequest {
     pub prompt: Prompt,
     pub sampling: SamplingParams,
-    /// Completion tokens at most; `None` means "until the sequence's context is full".
+    /// Completion tokens at most; `None` means "until the sequence's context is full"; 0
+    /// computes the prompt only (to score it, or to cache it for later requests).
     pub max_tokens: Option<u32>,
     /// Generation stops before the first occurrence of any of these; it is never streamed.
     pub stop: Vec<String>,
@@ -117,7 +118,7 @@ pub struct GenerateRequest {
     pub logprobs: Option<u32>,
     /// Score the prompt too: each prompt token's log-probability given the tokens before
     /// it, with this many alternatives, sent once as [`StreamEvent::Prompt`]. The prompt is
-    /// then computed whole (no cached prefix has the logits). With it `max_tokens` may be 0.
+    /// then computed whole (no cached prefix has the logits).
     pub prompt_logprobs: Option<u32>,
     /// Choices to generate from the one prompt (at least 1): the prompt is computed once
     /// and its KV copied to each choice, which then samples on its own. Events carry their

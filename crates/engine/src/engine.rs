@@ -136,9 +136,8 @@ impl Engine {
         }
         let context = inner.ctx_per_sequence as usize;
         let max_tokens = match request.max_tokens {
-            // Scoring a prompt is work enough; anything else must generate.
-            Some(0) if request.prompt_logprobs.is_some() => 0,
-            Some(0) => return Err(Rejected::InvalidRequest("max_tokens must be at least 1".into())),
+            // The prompt is computed (and scored, or cached for a later request), nothing more.
+            Some(0) => 0,
             Some(n) => n as usize,
             None => context.saturating_sub(prompt.len()).max(1),
         };

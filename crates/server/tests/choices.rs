@@ -91,6 +91,22 @@ async fn an_echoed_prompt_is_scored_as_generation_scored_the_same_tokens() {
     assert_eq!(first["logprobs"]["token_logprobs"][0], Value::Null);
     let text: String = chunks.iter().filter_map(|c| c["choices"][0]["text"].as_str()).collect();
     assert!(text.starts_with(prompt) && text.len() > prompt.len(), "{text:?}");
+
+    // Echo without logprobs scores nothing: the prompt as sent (token ids decoded), then
+    // the completion; computed once, it is a prefix cache hit the second time.
+    let plain = json!({"prompt": prompt, "max_tokens": 4, "echo": true, "temperature": 0});
+    let first = post_json(&server, "/v1/completions", plain.clone()).await;
+    let again = post_json(&server, "/v1/completions", plain).await;
+    let text = first["choices"][0]["text"].as_str().expect("text");
+    assert!(text.starts_with(prompt) && text.len() > prompt.len(), "{first}");
+    assert!(first["choices"][0]["logprobs"].is_null());
+    assert_eq!(again["choices"][0]["text"], text);
+    assert!(again["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64() > Some(0), "{again}");
+    let by_ids =
+        post_json(&server, "/v1/completions", json!({"prompt": tokenized["tokens"], "max_tokens": 0, "echo": true}))
+            .await;
+    assert_eq!(by_ids["choices"][0]["text"], prompt);
+    assert_eq!(by_ids["usage"]["completion_tokens"], 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

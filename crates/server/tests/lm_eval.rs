@@ -12,8 +12,8 @@ mod support;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use rillm_engine::Engine;
 use rillm_backend::{GenerateRequest, Prompt, StreamEvent};
+use rillm_engine::Engine;
 use serde_json::Value;
 use support::{Options, TestServer};
 
@@ -91,7 +91,8 @@ async fn lm_eval_scores_a_local_task_as_the_engine_scores_it() {
         let mut direct = Vec::new();
         for i in 0..arguments.len() {
             let args = &arguments[&format!("gen_args_{i}")];
-            let (context, continuation) = (args["arg_0"].as_str().expect("context"), args["arg_1"].as_str().expect("c"));
+            let (context, continuation) =
+                (args["arg_0"].as_str().expect("context"), args["arg_1"].as_str().expect("c"));
             let reported: f64 = sample["resps"][i][0][0].as_str().and_then(|v| v.parse().ok()).expect("loglikelihood");
             let expected = engine_loglikelihood(&engine, context, continuation).await;
             worst = worst.max((reported - expected).abs());

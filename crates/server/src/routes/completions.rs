@@ -106,6 +106,13 @@ pub async fn completions(
     refuse_unknown_fields(&body.other)?;
     let constraint = body.constraints.into_constraint()?;
     let prompt = body.prompt.into_prompt()?;
+    let echo = match (body.echo, logprobs) {
+        (false, _) => Echo::Off,
+        // Scores asked for: the prompt comes back as the model read and scored it.
+        (true, Some(_)) => Echo::Scored,
+        // Only the text: no prompt row needs its logits.
+        (true, None) => Echo::Text(echo_text(&state, &prompt)?),
+    };
     let mut request = GenerationParams {
         max_tokens: body.max_tokens,
         max_tokens_param: "max_tokens",
@@ -124,15 +131,14 @@ pub async fn completions(
     }
     .into_request(prompt)?;
     request.logprobs = logprobs;
-    // Echo returns the prompt as the model scored it; its scores are computed only if asked.
-    if body.echo {
-        request.prompt_logprobs = Some(logprobs.unwrap_or(0));
+    if matches!(echo, Echo::Scored) {
+        request.prompt_logprobs = logprobs;
     }
     let fields = constrain(&mut request, constraint, "prompt");
     let admitted = admit(&state, "completions", fields, request, received).await?;
     let meta = ResponseMeta::new("cmpl", &admitted, &state, body.stream_options);
     let text_offset = vec![0; admitted.choices as usize];
-    let format = CompletionFormat { meta, logprobs: logprobs.is_some(), echo: body.echo, text_offset };
+    let format = CompletionFormat { meta, logprobs: logprobs.is_some(), echo, text_offset };
     respond(admitted, format, body.stream, |f, whole| {
         let choices: Vec<Value> = whole
             .choices
@@ -141,9 +147,13 @@ pub async fn completions(
                 let mut offset = 0;
                 let mut lists = CompletionLogprobs::default();
                 let mut text = String::new();
-                if f.echo {
-                    text = prompt_text(&whole.prompt);
-                    lists.add_prompt(&whole.prompt, &mut offset);
+                match &f.echo {
+                    Echo::Off => {}
+                    Echo::Text(prompt) => text.push_str(prompt),
+                    Echo::Scored => {
+                        text = prompt_text(&whole.prompt);
+                        lists.add_prompt(&whole.prompt, &mut offset);
+                    }
                 }
                 text.push_str(&choice.text);
                 lists.add_generated(&choice.logprobs, &mut offset);
@@ -160,12 +170,33 @@ pub async fn completions(
     .await
 }
 
+/// `echo`: each choice's text starts with the prompt.
+enum Echo {
+    Off,
+    /// The prompt's text, known before generation (no scores asked for).
+    Text(String),
+    /// The prompt as the model scored it, from the stream (`logprobs` asked for).
+    Scored,
+}
+
+/// The text an unscored echo returns: a text prompt as sent, token ids decoded.
+fn echo_text(state: &AppState, prompt: &Prompt) -> Result<String, ApiError> {
+    match prompt {
+        Prompt::Text(text) => Ok(text.clone()),
+        Prompt::Tokens(ids) => {
+            let backend = state.backend().ok_or_else(|| ApiError::unavailable("the model is still loading"))?;
+            backend.detokenize(ids).map_err(|rejected| ApiError::invalid("prompt", rejected.to_string()))
+        }
+        Prompt::Chat(_) => Err(ApiError::invalid("echo", "`echo` repeats a completions prompt")),
+    }
+}
+
 struct CompletionFormat {
     meta: ResponseMeta,
     /// Whether the request asked for log-probabilities.
     logprobs: bool,
-    /// Each choice's text starts with the prompt.
-    echo: bool,
+    /// Whether, and how, each choice's text starts with the prompt.
+    echo: Echo,
     /// Per choice, bytes of its text streamed so far: where its next chunk's tokens start.
     text_offset: Vec<usize>,
 }
@@ -193,9 +224,15 @@ impl CompletionFormat {
 }
 
 impl StreamFormat for CompletionFormat {
-    /// Echo: each choice's first chunk is the prompt, with its scores when asked.
+    /// Unscored echo: each choice's first chunk is the prompt.
+    fn opening(&mut self) -> Vec<Event> {
+        let Echo::Text(prompt) = &self.echo else { return Vec::new() };
+        (0..self.text_offset.len() as u32).map(|index| self.chunk(index, prompt, None, None)).collect()
+    }
+
+    /// Scored echo: each choice's first chunk is the prompt with its scores.
     fn prompt(&mut self, prompt: &[PromptToken]) -> Vec<Event> {
-        if !self.echo {
+        if !matches!(self.echo, Echo::Scored) {
             return Vec::new();
         }
         let text = prompt_text(prompt);
