@@ -168,7 +168,7 @@ fn exp_at_most_zero(x: f32) -> f32 {
     let t = x.max(-126.0 * std::f32::consts::LN_2) * std::f32::consts::LOG2_E;
     let whole = (t + 0.5).floor();
     let f = t - whole;
-    let p = ((((1.535_336_2e-4 * f + 1.339_887_4e-3) * f + 9.618_437_4e-3) * f + 5.550_332_5e-2) * f + 2.402_264_8e-1)
+    let p = ((((1.535_336_2e-4 * f + 1.339_887_4e-3) * f + 9.618_438e-3) * f + 5.550_332_5e-2) * f + 2.402_264_8e-1)
         * f
         + 6.931_472e-1;
     let scale = f32::from_bits(((whole as i32 + 127) as u32) << 23);
