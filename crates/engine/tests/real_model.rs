@@ -42,6 +42,7 @@ fn collect(mut stream: RequestStream) -> (String, Vec<u32>, Completion) {
                 ids.extend(token_ids);
             }
             StreamEvent::Finished(done) => return (text, ids, done),
+            StreamEvent::Prompt(_) => panic!("no prompt scores were asked for"),
         }
     }
     panic!("stream ended without a Finished event");
