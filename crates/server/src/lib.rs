@@ -18,6 +18,7 @@ mod shutdown;
 mod sse;
 mod state;
 mod structured;
+mod tools;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -25,8 +25,10 @@ pub trait StreamFormat: Send + 'static {
         let _ = prompt;
         Vec::new()
     }
-    /// New text of choice `index`; `logprobs` has an entry per token when asked for.
-    fn text(&mut self, index: u32, text: &str, token_ids: &[u32], logprobs: &[TokenLogprob]) -> Event;
+    /// New text of choice `index`; `logprobs` has an entry per token when asked for. Most
+    /// formats send one event per piece; chat with tools may send none (text held back
+    /// while it may open a call) or several.
+    fn text(&mut self, index: u32, text: &str, token_ids: &[u32], logprobs: &[TokenLogprob]) -> Vec<Event>;
     /// Choice `done.index` ended.
     fn choice_done(&mut self, done: &Completion) -> Vec<Event>;
     /// Every choice ended; `usage` is the whole request's.
@@ -92,7 +94,7 @@ pub fn sse_response(admitted: Admitted, format: impl StreamFormat) -> Response {
             Some(StreamEvent::Prompt(prompt)) => p.format.prompt(&prompt),
             Some(StreamEvent::Text { index, text, token_ids, logprobs }) => {
                 p.admitted.observer.on_tokens(token_ids.len());
-                vec![p.format.text(index, &text, &token_ids, &logprobs)]
+                p.format.text(index, &text, &token_ids, &logprobs)
             }
             Some(StreamEvent::Finished(done)) => {
                 let mut events = p.format.choice_done(&done);

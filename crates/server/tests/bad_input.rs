@@ -75,7 +75,12 @@ fn cases() -> Vec<Case> {
             Some("max_completion_tokens"),
         ),
         case("/v1/chat/completions", json!({"messages": msg, "model": "llama-70b"}), 404, Some("model")),
-        case("/v1/chat/completions", json!({"messages": msg, "tools": [{"type": "function"}]}), 400, Some("tools")),
+        case(
+            "/v1/chat/completions",
+            json!({"messages": msg, "tools": [{"type": "function"}]}),
+            400,
+            Some("tools[0].function"),
+        ),
         case("/v1/chat/completions", json!({"messages": msg, "max_tokens": 1000}), 400, Some("messages")),
         case("/tokenize", json!({}), 400, Some("prompt")),
         case("/tokenize", json!({"prompt": "Hi", "messages": msg}), 400, Some("messages")),

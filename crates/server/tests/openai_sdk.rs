@@ -1,6 +1,6 @@
 //! The official `openai` Python SDK against a real server on loopback: the calls its users
 //! make (`chat.completions.parse()` with a pydantic model, streamed `json_schema`, chat and
-//! completions `logprobs`), from
+//! completions `logprobs`, prompt scoring and `n`, tool loops; an Agents SDK agent), from
 //! `tests/sdk/`. `scripts/test` installs the SDK into its venv and names the interpreter in
 //! `RILLM_TEST_PYTHON`; without the SDK the test says it skipped, unless
 //! `RILLM_REQUIRE_SDK` is set (CI), when it fails.
@@ -49,4 +49,9 @@ async fn structured_outputs_through_the_openai_sdk() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logprobs_through_the_openai_sdk() {
     run_script("logprobs.py").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_calls_through_the_openai_sdk_and_the_agents_sdk() {
+    run_script("tools.py").await;
 }

@@ -5,7 +5,7 @@ use std::time::Instant;
 use axum::extract::State;
 use axum::response::sse::Event;
 use axum::response::Response;
-use rillm_backend::{ChatMessage, Completion, Prompt, TokenLogprob, Usage};
+use rillm_backend::{ChatMessage, Completion, Constraint, FinishReason, Prompt, TokenLogprob, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -13,11 +13,12 @@ use crate::admission::admit;
 use crate::error::ApiError;
 use crate::json::JsonBody;
 use crate::openai::{
-    openai_finish_reason, reject_if, respond, usage_json, GenerationParams, ResponseMeta, StopInput, StreamOptions,
+    openai_finish_reason, respond, usage_json, GenerationParams, ResponseMeta, StopInput, StreamOptions,
 };
-use crate::sse::{json_event, StreamFormat};
+use crate::sse::{json_event, CollectedChoice, StreamFormat};
 use crate::state::AppState;
 use crate::structured::{constrain, refuse_unknown_fields, ConstraintFields};
+use crate::tools::{self, HistoryCall, HistoryMessage, ToolCallParser, ToolChoice, ToolEvent, ToolRequest};
 
 #[derive(Debug, Deserialize)]
 pub struct ChatBody {
@@ -40,7 +41,12 @@ pub struct ChatBody {
     #[serde(default)]
     logprobs: bool,
     top_logprobs: Option<i64>,
-    tools: Option<Vec<Value>>,
+    tools: Option<Value>,
+    tool_choice: Option<Value>,
+    parallel_tool_calls: Option<Value>,
+    /// The deprecated spellings of `tools` and `tool_choice`: refused by name.
+    functions: Option<Value>,
+    function_call: Option<Value>,
     #[serde(flatten)]
     constraints: ConstraintFields,
     /// Everything else the client sent: refused by name unless it changes nothing.
@@ -52,6 +58,8 @@ pub struct ChatBody {
 pub(crate) struct MessageInput {
     role: String,
     content: Option<ContentInput>,
+    tool_calls: Option<Vec<Value>>,
+    tool_call_id: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -70,8 +78,14 @@ struct ContentPart {
 
 const ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool"];
 
-/// Chat messages as the engine takes them; each refusal names the message and field.
+/// Chat messages as the engine takes them (no tools offered); each refusal names the
+/// message and field.
 pub(crate) fn messages(input: Vec<MessageInput>) -> Result<Vec<ChatMessage>, ApiError> {
+    tools::render_messages(history(input)?, None)
+}
+
+/// The messages as sent, tool calls and results included.
+fn history(input: Vec<MessageInput>) -> Result<Vec<HistoryMessage>, ApiError> {
     if input.is_empty() {
         return Err(ApiError::invalid("messages", "`messages` must contain at least one message"));
     }
@@ -104,7 +118,19 @@ pub(crate) fn messages(input: Vec<MessageInput>) -> Result<Vec<ChatMessage>, Api
                     text
                 }
             };
-            Ok(ChatMessage::new(m.role, content))
+            let calls = m.tool_calls.unwrap_or_default();
+            if !calls.is_empty() && m.role != "assistant" {
+                return Err(ApiError::invalid(
+                    format!("messages[{i}].tool_calls"),
+                    "only assistant messages carry calls",
+                ));
+            }
+            let tool_calls = calls
+                .iter()
+                .enumerate()
+                .map(|(j, c)| HistoryCall::from_value(c, &format!("messages[{i}].tool_calls[{j}]")))
+                .collect::<Result<_, _>>()?;
+            Ok(HistoryMessage { role: m.role, content, tool_calls, tool_call_id: m.tool_call_id })
         })
         .collect()
 }
@@ -116,10 +142,18 @@ pub async fn chat_completions(
     let received = Instant::now();
     state.check_model(body.model.as_deref())?;
     let logprobs = crate::logprobs::chat_request(body.logprobs, body.top_logprobs)?;
-    reject_if(body.tools.as_ref().is_some_and(|t| !t.is_empty()), "tools")?;
+    for (present, param) in [(&body.functions, "functions"), (&body.function_call, "function_call")] {
+        if present.as_ref().is_some_and(|v| !v.is_null()) {
+            return Err(ApiError::invalid(param, format!("`{param}` is deprecated; send `tools` and `tool_choice`")));
+        }
+    }
     refuse_unknown_fields(&body.other)?;
+    let tools = ToolRequest::from_fields(body.tools, body.tool_choice, body.parallel_tool_calls)?;
     let constraint = body.constraints.into_constraint()?;
-    let messages = messages(body.messages)?;
+    if let (Some(c), Some(_)) = (&constraint, tools.as_ref().filter(|t| t.choice != ToolChoice::None)) {
+        return Err(ApiError::invalid(c.param.clone(), "an output constraint and `tools` cannot both shape the reply"));
+    }
+    let messages = tools::render_messages(history(body.messages)?, tools.as_ref())?;
     let (max_tokens, max_tokens_param) = match (body.max_completion_tokens, body.max_tokens) {
         (Some(n), _) => (Some(n), "max_completion_tokens"),
         (None, n) => (n, "max_tokens"),
@@ -143,23 +177,31 @@ pub async fn chat_completions(
     }
     .into_request(Prompt::Chat(messages))?;
     request.logprobs = logprobs;
-    let fields = constrain(&mut request, constraint, "messages");
+    let mut fields = constrain(&mut request, constraint, "messages");
+    if let Some(tools) = &tools {
+        // Every call the reply makes parses and fits its function's schema.
+        request.constraint = Some(Constraint::Lark(tools::grammar(tools)));
+        fields.constraint = Some("tools".into());
+    }
     let admitted = admit(&state, "chat", fields, request, received).await?;
-    let format = ChatFormat {
-        meta: ResponseMeta::new("chatcmpl", &admitted, &state, body.stream_options),
-        logprobs: logprobs.is_some(),
-        choices: admitted.choices,
-    };
+    let meta = ResponseMeta::new("chatcmpl", &admitted, &state, body.stream_options);
+    let parsers = tools.is_some().then(|| (0..admitted.choices).map(|i| call_parser(&meta.id, i)).collect());
+    let format = ChatFormat { meta, logprobs: logprobs.is_some(), choices: admitted.choices, parsers };
     respond(admitted, format, body.stream, |f, whole| {
         let choices: Vec<Value> = whole
             .choices
             .iter()
             .map(|choice| {
+                let mut message = json!({"role": "assistant", "content": choice.text});
+                let mut reason = openai_finish_reason(choice.done.finish_reason);
+                if f.parsers.is_some() {
+                    (message, reason) = message_with_calls(&f.meta.id, choice);
+                }
                 json!({
                     "index": choice.done.index,
-                    "message": {"role": "assistant", "content": choice.text},
+                    "message": message,
                     "logprobs": f.logprobs.then(|| crate::logprobs::chat(&choice.logprobs)),
-                    "finish_reason": openai_finish_reason(choice.done.finish_reason),
+                    "finish_reason": reason,
                 })
             })
             .collect();
@@ -174,6 +216,47 @@ struct ChatFormat {
     logprobs: bool,
     /// The request's `n`.
     choices: u32,
+    /// With tools: each choice's text read for calls.
+    parsers: Option<Vec<ToolCallParser>>,
+}
+
+/// Call ids unique to the response and choice: `call_<response>_<choice>_<call>`.
+fn call_parser(response_id: &str, choice: u32) -> ToolCallParser {
+    let response = response_id.strip_prefix("chatcmpl-").unwrap_or(response_id);
+    ToolCallParser::new(format!("call_{response}_{choice}_"))
+}
+
+/// A whole reply read for calls: its message and finish reason. A call `max_tokens` cut
+/// short is not a call (`finish_reason` says `length`; streamed, its fragments went out as
+/// they came), and call markup is never content.
+fn message_with_calls(response_id: &str, choice: &CollectedChoice) -> (Value, &'static str) {
+    let mut parser = call_parser(response_id, choice.done.index);
+    let mut events = parser.push(&choice.text);
+    events.extend(parser.finish());
+    let content: String =
+        events.iter().filter_map(|e| if let ToolEvent::Content(c) = e { Some(c.as_str()) } else { None }).collect();
+    let calls: Vec<Value> = parser
+        .calls()
+        .iter()
+        .filter(|c| c.complete)
+        .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+        .collect();
+    if calls.is_empty() {
+        return (json!({"role": "assistant", "content": content}), openai_finish_reason(choice.done.finish_reason));
+    }
+    let content = (!content.is_empty()).then_some(content);
+    (
+        json!({"role": "assistant", "content": content, "tool_calls": calls}),
+        tool_calls_reason(choice.done.finish_reason),
+    )
+}
+
+/// A reply that called tools ended because its calls were complete.
+fn tool_calls_reason(reason: FinishReason) -> &'static str {
+    match reason {
+        FinishReason::Stop | FinishReason::Eos => "tool_calls",
+        other => openai_finish_reason(other),
+    }
 }
 
 #[derive(Serialize)]
@@ -184,15 +267,34 @@ struct DeltaChoice<'a> {
     finish_reason: Option<&'static str>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 struct Delta<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<[Value; 1]>,
 }
 
 impl ChatFormat {
+    /// One event of a reply with tools: content, a call's start (id and name), or more of
+    /// its arguments.
+    fn call_chunk(&self, index: u32, event: ToolEvent, logprobs: Option<Value>) -> Event {
+        let delta = match &event {
+            ToolEvent::Content(text) => {
+                return self.chunk_with(index, Delta { content: Some(text), ..Delta::default() }, logprobs, None)
+            }
+            ToolEvent::CallStart { index: call, id, name } => {
+                json!({"index": call, "id": id, "type": "function", "function": {"name": name, "arguments": ""}})
+            }
+            ToolEvent::Arguments { index: call, fragment } => {
+                json!({"index": call, "function": {"arguments": fragment}})
+            }
+        };
+        self.chunk_with(index, Delta { tool_calls: Some([delta]), ..Delta::default() }, logprobs, None)
+    }
+
     fn chunk(&self, index: u32, delta: Delta<'_>, finish_reason: Option<&'static str>) -> Event {
         self.chunk_with(index, delta, None, finish_reason)
     }
@@ -211,22 +313,42 @@ impl ChatFormat {
 impl StreamFormat for ChatFormat {
     fn opening(&mut self) -> Vec<Event> {
         (0..self.choices.max(1))
-            .map(|index| self.chunk(index, Delta { role: Some("assistant"), content: Some("") }, None))
+            .map(|index| {
+                self.chunk(index, Delta { role: Some("assistant"), content: Some(""), ..Delta::default() }, None)
+            })
             .collect()
     }
 
-    fn text(&mut self, index: u32, text: &str, _token_ids: &[u32], logprobs: &[TokenLogprob]) -> Event {
-        let logprobs = self.logprobs.then(|| crate::logprobs::chat(logprobs));
-        self.chunk_with(index, Delta { role: None, content: Some(text) }, logprobs, None)
+    fn text(&mut self, index: u32, text: &str, _token_ids: &[u32], logprobs: &[TokenLogprob]) -> Vec<Event> {
+        let mut logprobs = self.logprobs.then(|| crate::logprobs::chat(logprobs));
+        let Some(parser) = self.parsers.as_mut().and_then(|p| p.get_mut(index as usize)) else {
+            return vec![self.chunk_with(index, Delta { content: Some(text), ..Delta::default() }, logprobs, None)];
+        };
+        let calls = parser.push(text);
+        if calls.is_empty() {
+            // Held back (it may open a call); its log-probabilities still go out.
+            return logprobs
+                .map(|l| self.chunk_with(index, Delta { content: Some(""), ..Delta::default() }, Some(l), None))
+                .into_iter()
+                .collect();
+        }
+        calls.into_iter().map(|event| self.call_chunk(index, event, logprobs.take())).collect()
     }
 
     fn choice_done(&mut self, done: &Completion) -> Vec<Event> {
         let mut events = Vec::with_capacity(2);
+        let mut reason = openai_finish_reason(done.finish_reason);
+        if let Some(parser) = self.parsers.as_mut().and_then(|p| p.get_mut(done.index as usize)) {
+            let rest = parser.finish();
+            if !parser.calls().is_empty() {
+                reason = tool_calls_reason(done.finish_reason);
+            }
+            events.extend(rest.into_iter().map(|event| self.call_chunk(done.index, event, None)));
+        }
         if let Some(error) = &done.error {
             events.push(json_event(&ApiError::internal(error.clone()).body()));
         }
-        let reason = Some(openai_finish_reason(done.finish_reason));
-        events.push(self.chunk(done.index, Delta { role: None, content: None }, reason));
+        events.push(self.chunk(done.index, Delta::default(), Some(reason)));
         events
     }
 

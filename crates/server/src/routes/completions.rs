@@ -246,9 +246,9 @@ impl StreamFormat for CompletionFormat {
             .collect()
     }
 
-    fn text(&mut self, index: u32, text: &str, _token_ids: &[u32], logprobs: &[TokenLogprob]) -> Event {
+    fn text(&mut self, index: u32, text: &str, _token_ids: &[u32], logprobs: &[TokenLogprob]) -> Vec<Event> {
         let logprobs = self.logprobs.then(|| crate::logprobs::completions(logprobs, self.offset(index)));
-        self.chunk(index, text, logprobs, None)
+        vec![self.chunk(index, text, logprobs, None)]
     }
 
     fn choice_done(&mut self, done: &Completion) -> Vec<Event> {

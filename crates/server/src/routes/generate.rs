@@ -97,9 +97,9 @@ struct TextEvent<'a> {
 }
 
 impl StreamFormat for GenerateFormat {
-    fn text(&mut self, _index: u32, text: &str, token_ids: &[u32], logprobs: &[TokenLogprob]) -> Event {
+    fn text(&mut self, _index: u32, text: &str, token_ids: &[u32], logprobs: &[TokenLogprob]) -> Vec<Event> {
         let logprobs = (!logprobs.is_empty()).then(|| crate::logprobs::generate(logprobs));
-        json_event(&TextEvent { text, token_ids, logprobs })
+        vec![json_event(&TextEvent { text, token_ids, logprobs })]
     }
 
     fn choice_done(&mut self, done: &Completion) -> Vec<Event> {

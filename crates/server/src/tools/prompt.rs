@@ -1,0 +1,200 @@
+//! What the model reads: the tools, listed in a system block, and earlier calls and their
+//! results written in the same Hermes format the model is asked to answer in. This works
+//! with any chat template, including those that know nothing of tools (SmolLM2's); the
+//! block is Qwen2.5's own wording.
+
+use rillm_backend::ChatMessage;
+use serde_json::{json, Value};
+
+use super::grammar::{CALL_CLOSE, CALL_OPEN};
+use super::{ToolChoice, ToolRequest};
+use crate::error::ApiError;
+
+/// A chat message as the request gave it, its tool fields included.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistoryMessage {
+    pub role: String,
+    pub content: String,
+    /// An assistant message's calls.
+    pub tool_calls: Vec<HistoryCall>,
+    /// A `tool` message: the call it answers.
+    pub tool_call_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistoryCall {
+    pub id: String,
+    pub name: String,
+    /// The arguments object, as JSON text.
+    pub arguments: String,
+}
+
+impl HistoryCall {
+    /// An assistant message's `tool_calls[j]`; refusals name `param`.
+    pub fn from_value(value: &Value, param: &str) -> Result<Self, ApiError> {
+        let function = value.get("function").ok_or_else(|| ApiError::invalid(param, "a tool call needs `function`"))?;
+        let name = function.get("name").and_then(Value::as_str).ok_or_else(|| {
+            ApiError::invalid(format!("{param}.function.name"), "a tool call needs a function `name`")
+        })?;
+        let arguments = match function.get("arguments") {
+            None | Some(Value::Null) => "{}".to_string(),
+            Some(Value::String(text)) => text.clone(),
+            // Some clients send the object itself.
+            Some(object @ Value::Object(_)) => object.to_string(),
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    format!("{param}.function.arguments"),
+                    "`arguments` must be a JSON object in a string",
+                ))
+            }
+        };
+        let id = value.get("id").and_then(Value::as_str).unwrap_or_default().to_string();
+        Ok(Self { id, name: name.to_string(), arguments })
+    }
+}
+
+/// The messages the chat template renders: tools listed in the system message (unless
+/// `tool_choice` is `none`), calls and results written out. A `tool` message must answer
+/// an earlier call.
+pub fn render_messages(
+    history: Vec<HistoryMessage>,
+    tools: Option<&ToolRequest>,
+) -> Result<Vec<ChatMessage>, ApiError> {
+    let mut out: Vec<ChatMessage> = Vec::with_capacity(history.len() + 1);
+    let mut call_ids: Vec<String> = Vec::new();
+    let mut results_open = false;
+    for (i, message) in history.into_iter().enumerate() {
+        if message.role == "tool" {
+            let id = message.tool_call_id.as_deref().filter(|id| !id.is_empty()).ok_or_else(|| {
+                ApiError::invalid(format!("messages[{i}].tool_call_id"), "a `tool` message needs `tool_call_id`")
+            })?;
+            if !call_ids.iter().any(|c| c == id) {
+                return Err(ApiError::invalid(
+                    format!("messages[{i}].tool_call_id"),
+                    format!("`{id}` answers no earlier tool call"),
+                ));
+            }
+            // Results of one round go back together, in one user turn, as Qwen2.5 renders them.
+            let block = format!("<tool_response>\n{}\n</tool_response>", message.content);
+            match out.last_mut().filter(|_| results_open) {
+                Some(turn) => {
+                    turn.content.push('\n');
+                    turn.content.push_str(&block);
+                }
+                None => out.push(ChatMessage::new("user", block)),
+            }
+            results_open = true;
+            continue;
+        }
+        results_open = false;
+        let mut content = message.content;
+        for call in &message.tool_calls {
+            if !call.id.is_empty() {
+                call_ids.push(call.id.clone());
+            }
+            if !content.is_empty() {
+                content.push('\n');
+            }
+            content.push_str(&written_call(&call.name, &call.arguments));
+        }
+        out.push(ChatMessage::new(message.role, content));
+    }
+    if let Some(tools) = tools.filter(|t| t.choice != ToolChoice::None) {
+        let block = tools_block(tools);
+        match out.first_mut().filter(|m| m.role == "system" || m.role == "developer") {
+            Some(system) => {
+                system.content.push_str("\n\n");
+                system.content.push_str(&block);
+            }
+            None => out.insert(0, ChatMessage::new("system", block)),
+        }
+    }
+    Ok(out)
+}
+
+/// A call as the model writes one (and as the grammar makes it write one).
+fn written_call(name: &str, arguments: &str) -> String {
+    // Arguments a client sent are re-serialised compactly when they parse.
+    let arguments = serde_json::from_str::<Value>(arguments).map_or_else(|_| arguments.to_string(), |v| v.to_string());
+    format!("{CALL_OPEN}\n{{\"name\": {}, \"arguments\": {arguments}}}\n{CALL_CLOSE}", Value::from(name))
+}
+
+/// The system block that lists the tools and says how to call them.
+fn tools_block(tools: &ToolRequest) -> String {
+    let mut block = String::from(
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n\
+         You are provided with function signatures within <tools></tools> XML tags:\n<tools>",
+    );
+    for tool in &tools.tools {
+        let mut function = json!({"name": tool.name, "parameters": tool.parameters});
+        if let Some(description) = &tool.description {
+            function["description"] = Value::from(description.as_str());
+        }
+        block.push('\n');
+        block.push_str(&json!({"type": "function", "function": function}).to_string());
+    }
+    block.push_str(
+        "\n</tools>\n\nFor each function call, return a json object with function name and arguments within \
+         <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": \
+         <args-json-object>}\n</tool_call>",
+    );
+    block
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Tool;
+    use super::*;
+
+    fn msg(role: &str, content: &str) -> HistoryMessage {
+        HistoryMessage { role: role.into(), content: content.into(), tool_calls: Vec::new(), tool_call_id: None }
+    }
+
+    fn tools(choice: ToolChoice) -> ToolRequest {
+        let parameters = json!({"type": "object", "properties": {"city": {"type": "string"}}});
+        let tool = Tool { name: "get_weather".into(), description: Some("Weather now".into()), parameters };
+        ToolRequest { tools: vec![tool], choice, parallel: true }
+    }
+
+    #[test]
+    fn a_tool_round_is_written_in_the_format_the_model_answers_in() {
+        let mut call = msg("assistant", "");
+        call.tool_calls.push(HistoryCall {
+            id: "c1".into(),
+            name: "get_weather".into(),
+            arguments: "{\"city\":\"Oslo\"}".into(),
+        });
+        let mut result = msg("tool", "{\"temp\": 3}");
+        result.tool_call_id = Some("c1".into());
+        let history = vec![msg("user", "Weather in Oslo?"), call, result, msg("user", "Thanks")];
+        let out = render_messages(history, Some(&tools(ToolChoice::Auto))).expect("renders");
+        assert_eq!(out[0].role, "system", "a system block is added");
+        assert!(
+            out[0].content.contains("<tools>\n{\"type\":\"function\",\"function\":{")
+                && out[0].content.contains("Weather now")
+        );
+        assert_eq!(
+            out[2].content,
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Oslo\"}}\n</tool_call>"
+        );
+        assert_eq!(
+            (out[3].role.as_str(), out[3].content.as_str()),
+            ("user", "<tool_response>\n{\"temp\": 3}\n</tool_response>")
+        );
+        assert_eq!(out[4].content, "Thanks");
+        // `none`: the history still renders, no tools are offered.
+        let plain =
+            render_messages(vec![msg("system", "Be brief."), msg("user", "Hi")], Some(&tools(ToolChoice::None)));
+        assert_eq!(plain.expect("renders")[0].content, "Be brief.");
+    }
+
+    #[test]
+    fn a_result_must_answer_an_earlier_call() {
+        let mut orphan = msg("tool", "42");
+        orphan.tool_call_id = Some("nope".into());
+        let error = render_messages(vec![msg("user", "x"), orphan], None).expect_err("refused");
+        assert_eq!(error.param.as_deref(), Some("messages[1].tool_call_id"));
+        let error = render_messages(vec![msg("tool", "42")], None).expect_err("refused");
+        assert_eq!(error.param.as_deref(), Some("messages[0].tool_call_id"));
+    }
+}
