@@ -25,16 +25,16 @@ start_rillm() { # log   (RILLM_ARGS: extra `rillm serve` flags)
   wait_ready ready
 }
 
-start_llama() { # log
+start_llama() { # log   (LLAMA_ARGS: extra llama-server flags)
   : "${LLAMA_SERVER:?set LLAMA_SERVER to a llama-server binary}"
   # On a CPU with AMX, llama.cpp's AMX matmul crashes (ggml-org/llama.cpp#20824) and rillm
   # is built without it (.cargo/llama-no-amx.cmake); --no-repack keeps llama-server off it
   # too, so both run the same AVX-512 kernels (Q4_1 has no other repacked layout).
   local extra=()
   grep -qw amx_tile /proc/cpuinfo 2>/dev/null && extra+=(--no-repack)
-  echo "== llama-server (threads $THREADS, $SLOTS slots) ${extra[*]}"
+  echo "== llama-server (threads $THREADS, $SLOTS slots) ${extra[*]} ${LLAMA_ARGS:-}"
   "$LLAMA_SERVER" -m "$MODEL" --port "$PORT" -t "$THREADS" -tb "$THREADS" -np "$SLOTS" -c $((CTX * SLOTS)) \
-    --no-webui "${extra[@]}" >"$1" 2>&1 &
+    --no-webui "${extra[@]}" ${LLAMA_ARGS:-} >"$1" 2>&1 &
   SERVER_PID=$!
   wait_ready health
 }

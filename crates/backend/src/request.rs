@@ -84,6 +84,10 @@ pub enum Constraint {
     Choice(Vec<String>),
     /// A sentence of this grammar, in llguidance's Lark dialect.
     Lark(String),
+    /// Free text until `trigger` first appears in the output; from the trigger on (the
+    /// grammar starts with it), a sentence of `grammar` (Lark). The free text costs no mask:
+    /// tool calls under `tool_choice: auto` are constrained only once the model opens one.
+    Lazy { trigger: String, grammar: String },
 }
 
 impl Constraint {
@@ -95,6 +99,7 @@ impl Constraint {
             Self::Regex(_) => "regex",
             Self::Choice(_) => "choice",
             Self::Lark(_) => "grammar",
+            Self::Lazy { .. } => "lazy_grammar",
         }
     }
 }

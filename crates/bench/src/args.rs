@@ -147,6 +147,20 @@ pub struct BenchArgs {
     /// The strings for --response-format choice, comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub choices: Vec<String>,
+    /// Tool workload (chat): an OpenAI `tools` JSON array every request offers. The bench
+    /// plays the tools: a reply with calls gets a result per call and a next round, up to
+    /// --max-tool-rounds, before the conversation's next user turn. Every call is checked.
+    #[arg(long)]
+    pub tools: Option<PathBuf>,
+    /// auto, required, none, or a tool's name (a named `tool_choice`).
+    #[arg(long, default_value = "auto")]
+    pub tool_choice: String,
+    /// Tokens (about) of each tool result the bench sends back.
+    #[arg(long, default_value_t = 64)]
+    pub tool_result_tokens: usize,
+    /// Rounds per user turn at most: the turn, and replies to tool results.
+    #[arg(long, default_value_t = 3)]
+    pub max_tool_rounds: u32,
     /// Model name to send (OpenAI protocols); default: the first of the server's /v1/models.
     #[arg(long)]
     pub model: Option<String>,

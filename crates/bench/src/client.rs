@@ -66,6 +66,11 @@ pub struct RequestRecord {
     pub finish_reason: Option<String>,
     /// Constraint workloads: what the check of its output found (completed requests).
     pub output_check: Option<crate::structured::OutputCheck>,
+    /// Tool workloads: the calls the reply made, their check, and which round of its turn
+    /// it was (1: the user's turn; 2 on: replies to tool results).
+    pub tool_calls: Vec<crate::tools::ToolCall>,
+    pub call_check: Option<crate::tools::CallCheck>,
+    pub round: Option<u32>,
 }
 
 impl RequestRecord {
@@ -100,6 +105,9 @@ impl RequestRecord {
             target: 0,
             finish_reason: None,
             output_check: None,
+            tool_calls: Vec::new(),
+            call_check: None,
+            round: None,
         }
     }
 
@@ -240,6 +248,9 @@ async fn exchange(target: &Target<'_>, body: &Value, sent: Instant, record: &mut
             record.content_events += 1;
             record.event_tokens.push(chunk.tokens);
             record.text.push_str(&chunk.text);
+            for delta in chunk.tool_calls {
+                crate::tools::assemble(&mut record.tool_calls, delta);
+            }
             record.reasoning_chars += chunk.reasoning.chars().count();
         }
         if let Some(usage) = chunk.usage {

@@ -26,6 +26,7 @@ pub mod synth;
 pub mod targets;
 pub mod think;
 pub mod tokens;
+pub mod tools;
 pub mod trace;
 pub mod workload;
 
@@ -149,6 +150,17 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     if let Some(format) = args.response_format {
         built = workload::constrain(built, &args, format, protocol).map_err(BenchError::Args)?;
     }
+    let tools = match &args.tools {
+        Some(path) => {
+            if protocol != protocol::Protocol::Chat {
+                return Err(BenchError::Args("--tools needs the chat protocol (/v1/chat/completions)".into()));
+            }
+            let tools = tools::ToolSet::load(path, &args.tool_choice, args.tool_result_tokens, args.max_tool_rounds)?;
+            built = workload::with_tools(built, path, &tools);
+            Some(tools)
+        }
+        None => None,
+    };
     if matches!(built.workload, Workload::Sessions(_)) && args.requests.is_some() {
         return Err(BenchError::Args(
             "--requests counts single requests; with sessions say how many with --sessions".into(),
@@ -156,8 +168,13 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     }
     // A trace's output lengths are targets: ask the server to reach them.
     let ignore_eos = args.ignore_eos || matches!(built.workload, Workload::Trace(_));
-    let body =
-        BodyOptions { model: model.clone(), ignore_eos, temperature: args.temperature, extra: args.extra_body.clone() };
+    let body = BodyOptions {
+        model: model.clone(),
+        ignore_eos,
+        temperature: args.temperature,
+        extra: args.extra_body.clone(),
+        tools,
+    };
     let timeout = Duration::from_secs_f64(args.timeout.max(0.001));
     let slos = Slos { ttft_ms: args.ttft_slo_ms, tpot_ms: args.tpot_slo_ms, e2e_ms: args.e2e_slo_ms };
     let mut run_context = run_context(&args, model.as_deref(), &command_line);

@@ -115,6 +115,11 @@ pub struct RequestJson {
     /// Constraint workloads: does the output parse, and is it valid for its constraint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_check: Option<crate::structured::OutputCheck>,
+    /// Tool workloads: the round of its turn (1: the user's turn) and its calls' check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_check: Option<crate::tools::CallCheck>,
 }
 
 impl RequestJson {
@@ -151,6 +156,8 @@ impl RequestJson {
             target: r.target,
             finish_reason: r.finish_reason.clone(),
             output_check: r.output_check,
+            round: r.round,
+            call_check: r.call_check,
         }
     }
 }
@@ -186,6 +193,9 @@ impl RequestJson {
             target: self.target,
             finish_reason: self.finish_reason.clone(),
             output_check: self.output_check,
+            tool_calls: Vec::new(),
+            call_check: self.call_check,
+            round: self.round,
         }
     }
 }
@@ -306,6 +316,9 @@ pub struct BenchResult {
     /// Constraint workloads (`--response-format`): how many outputs were valid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub structured_outputs: Option<crate::structured::ConstraintSummary>,
+    /// Tool workloads (`--tools`): calls made and valid, rounds, TTFT by round.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<crate::tools::ToolCallSummary>,
     /// Sessions only: TTFT and reuse by turn index (turn 1 against later turns shows
     /// whether the server reuses the conversation's KV).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -460,6 +473,9 @@ pub fn build(facts: RunFacts) -> BenchResult {
         tokens: token_summary,
         structured_outputs: crate::structured::ConstraintSummary::of(
             done.iter().filter_map(|r| Some((r.output_check?, r.finish_reason.as_deref() == Some("length")))),
+        ),
+        tool_calls: crate::tools::ToolCallSummary::of(
+            done.iter().filter_map(|r| Some((r.call_check?, r.round.unwrap_or(1), r.ttft_ms))),
         ),
         per_turn,
         sessions: facts.sessions,

@@ -1,5 +1,6 @@
 //! Multi-turn sessions: each conversation sends its turns in order, after the previous reply
-//! and the turn's think time, with the server's live reply appended to the history. New
+//! and the turn's think time, with the server's live reply appended to the history (with
+//! `--tools`, a reply's calls and a result for each, and another round). New
 //! sessions start at the load's arrivals (open loop over sessions) or whenever one of
 //! `--concurrency` session workers is free.
 
@@ -37,13 +38,14 @@ pub async fn run(
     start: Instant,
     bar: &ProgressBar,
 ) -> SessionsOutcome {
-    // A turn's index is its place in the whole run, session by session: the same in every
-    // shard, and a turn never sent leaves its index unused.
+    // A request's index is its place in the whole run, session by session: the same in every
+    // shard, and a turn (or tool round) never sent leaves its index unused.
+    let rounds = plan.body.tools.as_ref().map_or(1, |t| t.max_rounds as usize);
     let first_turn: Vec<usize> = sessions
         .iter()
         .scan(0, |next, s| {
             let first = *next;
-            *next += s.turns.len();
+            *next += s.turns.len() * rounds;
             Some(first)
         })
         .collect();
@@ -138,21 +140,38 @@ async fn play(
             tokio::time::sleep(Duration::from_secs_f64(turn.delay_ms / 1000.0)).await;
         }
         history.extend(turn.messages.iter().cloned());
-        let spec = RequestSpec::new(PromptSpec::Messages(history.clone()), turn.max_tokens);
-        // A turn is "scheduled" when its conversation is ready to send it.
-        let scheduled_ms = ms(start.elapsed());
-        let mut record = plan.send(client, &spec, 0, to, start, scheduled_ms).await;
-        record.session = Some(Arc::clone(&session.id));
-        record.turn = Some(t as u32 + 1);
-        bar.inc(1);
-        let completed = record.status == Status::Completed;
-        history.push(json!({"role": "assistant", "content": record.text}));
-        records.push(record);
-        if !completed {
-            // The conversation cannot go on without a reply; what it never sent is disclosed.
-            let not_sent = session.turns.len() - t - 1;
-            bar.inc(not_sent as u64);
-            return Played { session: i, records, not_sent };
+        // Tool workloads: the turn, then a round per reply that calls tools, up to the limit.
+        let rounds = plan.body.tools.as_ref().map_or(1, |tools| tools.max_rounds);
+        for round in 1..=rounds {
+            let spec = RequestSpec::new(PromptSpec::Messages(history.clone()), turn.max_tokens);
+            // A turn is "scheduled" when its conversation is ready to send it.
+            let scheduled_ms = ms(start.elapsed());
+            let mut record = plan.send(client, &spec, 0, to, start, scheduled_ms).await;
+            record.session = Some(Arc::clone(&session.id));
+            record.turn = Some(t as u32 + 1);
+            if round == 1 {
+                bar.inc(1);
+            }
+            let completed = record.status == Status::Completed;
+            let calls = std::mem::take(&mut record.tool_calls);
+            let tools = plan.body.tools.as_ref();
+            match tools.filter(|_| completed && !calls.is_empty()) {
+                Some(tools) => history.extend(tools.round_messages(&record.text, &calls, round)),
+                None => history.push(json!({"role": "assistant", "content": record.text})),
+            }
+            if tools.is_some() {
+                record.round = Some(round);
+            }
+            records.push(record);
+            if !completed {
+                // The conversation cannot go on without a reply; what it never sent is disclosed.
+                let not_sent = session.turns.len() - t - 1;
+                bar.inc(not_sent as u64);
+                return Played { session: i, records, not_sent };
+            }
+            if calls.is_empty() {
+                break;
+            }
         }
     }
     Played { session: i, records, not_sent: 0 }

@@ -113,6 +113,26 @@ pub async fn build(
     })
 }
 
+/// A tool workload: replies' calls are answered and sent back (`session::play`), so
+/// independent prompts become one-turn conversations.
+pub fn with_tools(mut built: Built, path: &std::path::Path, tools: &crate::tools::ToolSet) -> Built {
+    if let Workload::Requests(specs) = &built.workload {
+        let sessions = specs
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| Session {
+                id: Arc::from(format!("agent-{i}")),
+                turns: vec![Turn { messages: spec.prompt.as_messages(), max_tokens: spec.max_tokens, delay_ms: 0.0 }],
+            })
+            .collect();
+        built.workload = Workload::Sessions(sessions);
+    }
+    built.description["tools"] = json!({"source": path.display().to_string(), "sha256": crate::sha256_file(path),
+        "count": tools.tools.len(), "tool_choice": tools.tool_choice, "result_tokens": tools.result_tokens,
+        "max_rounds": tools.max_rounds});
+    built
+}
+
 /// A constraint workload: every request asks for structured output (`--response-format`),
 /// the constraints taken round-robin. A run that brings no prompts of its own (no dataset,
 /// trace or synthetic prompts) asks each constraint's own question (a schema's description).

@@ -130,7 +130,7 @@ fn grammar_for(constraint: &Constraint) -> Result<TopLevelGrammar, Rejected> {
             let alternatives: Vec<String> = choices.iter().map(|c| regex_syntax::escape(c)).collect();
             TopLevelGrammar::from_regex(&format!("(?:{})", alternatives.join("|")))
         }
-        Constraint::Lark(grammar) => TopLevelGrammar::from_lark(grammar.clone()),
+        Constraint::Lark(grammar) | Constraint::Lazy { grammar, .. } => TopLevelGrammar::from_lark(grammar.clone()),
     })
 }
 
@@ -153,11 +153,23 @@ fn cache_key(constraint: &Constraint, grammar: &TopLevelGrammar) -> String {
 #[derive(Clone)]
 pub(crate) struct SequenceConstraint {
     matcher: Matcher,
+    /// A lazy constraint not yet triggered: the output is free until this appears.
+    trigger: Option<Trigger>,
+}
+
+#[derive(Clone)]
+struct Trigger {
+    text: Vec<u8>,
+    /// The output's last bytes, enough to find the trigger across token boundaries.
+    tail: Vec<u8>,
 }
 
 impl std::fmt::Debug for SequenceConstraint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SequenceConstraint").field("stopped", &self.matcher.is_stopped()).finish()
+        f.debug_struct("SequenceConstraint")
+            .field("stopped", &self.matcher.is_stopped())
+            .field("waiting", &self.trigger.is_some())
+            .finish()
     }
 }
 
@@ -172,22 +184,52 @@ pub(crate) enum Advance {
 
 impl SequenceConstraint {
     pub fn new(matcher: Matcher) -> Self {
-        Self { matcher }
+        Self { matcher, trigger: None }
     }
 
-    /// Tokens the model may sample now (end-of-generation only where the output may end).
-    pub fn mask(&mut self) -> Result<SimpleVob, String> {
+    /// The matcher applies from the first occurrence of `trigger` in the output on.
+    pub fn after_trigger(mut self, trigger: &str) -> Self {
+        self.trigger = Some(Trigger { text: trigger.as_bytes().to_vec(), tail: Vec::new() });
+        self
+    }
+
+    /// Tokens the model may sample now (end-of-generation only where the output may end);
+    /// `None` while a lazy constraint waits for its trigger (anything goes).
+    pub fn mask(&mut self) -> Result<Option<SimpleVob>, String> {
+        if self.trigger.is_some() {
+            return Ok(None);
+        }
         let mask = self.matcher.compute_mask().map_err(|e| grammar_error(&e.to_string()))?;
         if mask.is_zero() {
             return Err(grammar_error("no token can continue the output"));
         }
-        Ok(mask)
+        Ok(Some(mask))
     }
 
-    /// Takes the sampled `token` and, with `jump_forward`, whatever the grammar forces after
-    /// it (without, forced tokens are sampled one by one from a mask that allows only them).
-    pub fn advance(&mut self, token: TokenId, jump_forward: bool) -> Result<Advance, String> {
-        self.matcher.consume_token(token).map_err(|e| grammar_error(&e.to_string()))?;
+    /// Takes the sampled `token` (whose text is `bytes`) and, with `jump_forward`, whatever
+    /// the grammar forces after it (without, forced tokens are sampled one by one from a
+    /// mask that allows only them).
+    pub fn advance(&mut self, token: TokenId, bytes: &[u8], jump_forward: bool) -> Result<Advance, String> {
+        match self.trigger.as_mut() {
+            Some(trigger) => {
+                trigger.tail.extend_from_slice(bytes);
+                let Some(at) = find(&trigger.tail, &trigger.text) else {
+                    // Keep only what may still be the start of the trigger.
+                    let keep = trigger.text.len().saturating_sub(1);
+                    let drop = trigger.tail.len().saturating_sub(keep);
+                    trigger.tail.drain(..drop);
+                    return Ok(Advance::Continue(Vec::new()));
+                };
+                // Triggered: the grammar reads the output from the trigger on (the model's
+                // own tokens are in KV; the grammar needs only their bytes).
+                let from_trigger = trigger.tail.split_off(at);
+                self.trigger = None;
+                let env = self.matcher.tok_env().map_err(|e| grammar_error(&e.to_string()))?;
+                let tokens = env.tokenize_bytes(&from_trigger);
+                self.matcher.consume_tokens(&tokens).map_err(|e| grammar_error(&e.to_string()))?;
+            }
+            None => self.matcher.consume_token(token).map_err(|e| grammar_error(&e.to_string()))?,
+        }
         if self.matcher.is_stopped() {
             return Ok(Advance::Complete);
         }
@@ -201,8 +243,12 @@ impl SequenceConstraint {
 
     /// After forced tokens: is the output complete?
     pub fn is_complete(&self) -> bool {
-        self.matcher.is_stopped()
+        self.trigger.is_none() && self.matcher.is_stopped()
     }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len().max(1)).position(|w| w == needle)
 }
 
 fn grammar_error(detail: &str) -> String {
@@ -245,14 +291,14 @@ mod tests {
         let mut seq = SequenceConstraint::new(compiler.matcher(constraint, &counters).expect("compiles"));
         let (mut out, mut sampled, mut forced_count) = (Vec::new(), 0, 0);
         for _ in 0..200 {
-            let mask = seq.mask().expect("mask");
+            let mask = seq.mask().expect("mask").expect("not lazy");
             let token = pick(&mask);
             if token == 256 {
                 break;
             }
             sampled += 1;
             out.push(token as u8);
-            match seq.advance(token, true).expect("advance") {
+            match seq.advance(token, &[token as u8], true).expect("advance") {
                 Advance::Complete => break,
                 Advance::Continue(forced) => {
                     forced_count += forced.len();
@@ -264,6 +310,25 @@ mod tests {
             }
         }
         (String::from_utf8(out).expect("utf8"), sampled, forced_count)
+    }
+
+    #[test]
+    fn a_lazy_constraint_leaves_text_free_until_its_trigger_then_holds() {
+        let compiler = GrammarCompiler::new(&byte_env()).expect("factory");
+        let lazy = Constraint::Lazy { trigger: "<t>".into(), grammar: r#"start: "<t>" /[0-9]+/ "</t>""#.into() };
+        let matcher = compiler.matcher(&lazy, &ConstraintCounters::default()).expect("compiles");
+        let mut seq = SequenceConstraint::new(matcher).after_trigger("<t>");
+        for &b in b"free text, even <a> and <" {
+            assert_eq!(seq.mask().expect("mask"), None, "no mask before the trigger");
+            assert_eq!(seq.advance(u32::from(b), &[b], true).expect("advance"), Advance::Continue(Vec::new()));
+        }
+        // The trigger completes across tokens: from here the grammar holds.
+        assert_eq!(seq.advance(u32::from(b't'), b"t", true).expect("t"), Advance::Continue(Vec::new()));
+        assert_eq!(seq.advance(u32::from(b'>'), b">", true).expect(">"), Advance::Continue(Vec::new()));
+        let mask = seq.mask().expect("mask").expect("constrained now");
+        assert!(mask.is_allowed(u32::from(b'7')) && !mask.is_allowed(u32::from(b'x')));
+        assert_eq!(seq.advance(u32::from(b'7'), b"7", true).expect("7"), Advance::Continue(Vec::new()));
+        assert!(!seq.is_complete());
     }
 
     #[test]

@@ -18,7 +18,7 @@ use crate::supervise::run_supervised;
 use crate::Executor;
 use rillm_backend::Rejected;
 use rillm_backend::RequestStream;
-use rillm_backend::{FinishReason, GenerateRequest, Prompt};
+use rillm_backend::{Constraint, FinishReason, GenerateRequest, Prompt};
 
 /// A running engine. Cheap to clone; the engine stops when the last clone is dropped or
 /// [`Engine::shutdown`] is called.
@@ -146,7 +146,13 @@ impl Engine {
         }
         // Compiled here, on the caller's thread: a first-seen schema costs milliseconds.
         let constraint = match &request.constraint {
-            Some(c) => Some(SequenceConstraint::new(inner.grammars.matcher(c, &inner.stats.constraints)?)),
+            Some(c) => {
+                let constraint = SequenceConstraint::new(inner.grammars.matcher(c, &inner.stats.constraints)?);
+                match c {
+                    Constraint::Lazy { trigger, .. } => Some(constraint.after_trigger(trigger)),
+                    _ => Some(constraint),
+                }
+            }
             None => None,
         };
         let mut expected_prefill = prompt.len();

@@ -192,7 +192,10 @@ impl Sequence {
 
     /// Before sampling: the tokens its constraint allows now (`None`: unconstrained).
     pub fn constraint_mask(&mut self) -> Result<Option<toktrie::SimpleVob>, String> {
-        self.request.constraint.as_mut().map(SequenceConstraint::mask).transpose()
+        match self.request.constraint.as_mut() {
+            Some(constraint) => constraint.mask(),
+            None => Ok(None),
+        }
     }
 
     /// Handles a freshly sampled token, and under a constraint the tokens it forces after
@@ -212,7 +215,9 @@ impl Sequence {
         let advance = if tokenizer.is_end_of_generation(token) {
             Advance::Continue(Vec::new())
         } else {
-            constraint.advance(token, self.request.logprobs.is_none())?
+            self.token_bytes.clear();
+            tokenizer.append_token_bytes(token, &mut self.token_bytes);
+            constraint.advance(token, &self.token_bytes, self.request.logprobs.is_none())?
         };
         let forced = match &advance {
             Advance::Continue(forced) => forced.as_slice(),

@@ -107,8 +107,7 @@ async fn forced_and_named_calls_parse_and_fit_their_schemas_at_any_temperature()
         &server,
         chat(
             "Weather in Paris and in Rome?",
-            json!({"tool_choice": "required",
-        "parallel_tool_calls": false}),
+            json!({"tool_choice": "required", "parallel_tool_calls": false, "temperature": 0}),
         ),
     )
     .await;

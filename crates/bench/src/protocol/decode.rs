@@ -50,12 +50,17 @@ pub struct Chunk {
     /// The stream's own end marker: nothing of interest follows.
     pub end: bool,
     pub error: Option<String>,
+    /// Pieces of tool calls (`delta.tool_calls`, chat).
+    pub tool_calls: Vec<crate::tools::ToolCallDelta>,
 }
 
 impl Chunk {
     /// Model output arrived: it counts for TTFT and the gaps between events.
     pub fn is_content(&self) -> bool {
-        !self.text.is_empty() || !self.reasoning.is_empty() || self.tokens.is_some_and(|t| t > 0)
+        !self.text.is_empty()
+            || !self.reasoning.is_empty()
+            || self.tokens.is_some_and(|t| t > 0)
+            || !self.tool_calls.is_empty()
     }
 
     fn end() -> Self {
@@ -127,6 +132,8 @@ struct Delta<'a> {
     reasoning_content: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     reasoning: Option<Cow<'a, str>>,
+    #[serde(default)]
+    tool_calls: Option<Vec<crate::tools::ToolCallDelta>>,
 }
 
 #[derive(Deserialize)]
@@ -276,6 +283,7 @@ fn openai(p: Payload) -> Chunk {
         if let Some(delta) = choice.delta {
             chunk.text = delta.content.unwrap_or_default().into_owned();
             chunk.reasoning = delta.reasoning_content.or(delta.reasoning).unwrap_or_default().into_owned();
+            chunk.tool_calls = delta.tool_calls.unwrap_or_default();
         }
     }
     chunk

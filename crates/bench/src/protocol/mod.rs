@@ -89,7 +89,7 @@ impl PromptSpec {
         }
     }
 
-    fn as_messages(&self) -> Vec<Value> {
+    pub fn as_messages(&self) -> Vec<Value> {
         match self {
             Self::Text(t) => vec![json!({"role": "user", "content": t})],
             Self::Messages(m) => m.clone(),
@@ -105,6 +105,8 @@ pub struct BodyOptions {
     pub temperature: Option<f64>,
     /// `--extra-body`: merged into every body (objects merge key by key).
     pub extra: Option<Value>,
+    /// Tool workloads: the tools every chat request offers (`--tools`).
+    pub tools: Option<std::sync::Arc<crate::tools::ToolSet>>,
 }
 
 pub fn request_body(protocol: Protocol, spec: &RequestSpec, opts: &BodyOptions) -> Value {
@@ -158,6 +160,9 @@ pub fn request_body(protocol: Protocol, spec: &RequestSpec, opts: &BodyOptions) 
     // The run checked at its start that the protocol can carry the constraint.
     if let Some(fields) = spec.constraint.as_ref().and_then(|c| constraint_fields(c, protocol).ok()) {
         merge(&mut body, &fields);
+    }
+    if let (Some(tools), Protocol::Chat) = (&opts.tools, protocol) {
+        merge(&mut body, &tools.body_fields());
     }
     if let Some(extra) = &opts.extra {
         merge(&mut body, extra);
@@ -227,6 +232,7 @@ mod tests {
             ignore_eos: true,
             temperature: Some(0.0),
             extra: Some(json!({"sampling_params": {"top_k": 5}, "x": 1})),
+            tools: None,
         };
         let sg = request_body(Protocol::Sglang, &spec, &opts);
         assert_eq!(

@@ -56,6 +56,19 @@ const METRICS: &[Metric] = &[
         digits: 0,
         get: |r| r.structured_outputs.map(|s| s.cut_by_length as f64),
     },
+    Metric {
+        name: "valid tool calls %",
+        better: Better::Higher,
+        digits: 1,
+        get: |r| r.tool_calls.and_then(|c| c.valid_pct),
+    },
+    Metric { name: "tool calls", better: Better::Higher, digits: 0, get: |r| r.tool_calls.map(|c| c.calls as f64) },
+    Metric {
+        name: "TTFT p50 ms, tool rounds 2+",
+        better: Better::Lower,
+        digits: 1,
+        get: |r| r.tool_calls.and_then(|c| c.ttft_p50_later_rounds_ms),
+    },
 ];
 
 /// Ratios within this of 1 are called even: these machines are noisier than that anyway.

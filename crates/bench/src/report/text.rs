@@ -77,6 +77,23 @@ pub fn summary(levels: &[BenchResult]) -> String {
                 s.checked
             );
         }
+        if let Some(c) = &r.tool_calls {
+            let _ = writeln!(
+                out,
+                "  tool calls: {} of {} calls valid ({}; {} parse, {} allowed names; {} more cut by max_tokens) in {} of {} replies; {} replies to tool results; TTFT p50 first round {}, later rounds {}",
+                c.valid,
+                c.calls,
+                opt(c.valid_pct, " %"),
+                c.parsed,
+                c.allowed,
+                c.cut,
+                c.replies_with_calls,
+                c.replies,
+                c.later_rounds,
+                opt(c.ttft_p50_first_round_ms, " ms"),
+                opt(c.ttft_p50_later_rounds_ms, " ms")
+            );
+        }
         if let Some(turns) = &r.per_turn {
             let _ = writeln!(
                 out,

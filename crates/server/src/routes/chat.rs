@@ -5,7 +5,7 @@ use std::time::Instant;
 use axum::extract::State;
 use axum::response::sse::Event;
 use axum::response::Response;
-use rillm_backend::{ChatMessage, Completion, Constraint, FinishReason, Prompt, TokenLogprob, Usage};
+use rillm_backend::{ChatMessage, Completion, FinishReason, Prompt, TokenLogprob, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -180,7 +180,7 @@ pub async fn chat_completions(
     let mut fields = constrain(&mut request, constraint, "messages");
     if let Some(tools) = &tools {
         // Every call the reply makes parses and fits its function's schema.
-        request.constraint = Some(Constraint::Lark(tools::grammar(tools)));
+        request.constraint = Some(tools::constraint(tools));
         fields.constraint = Some("tools".into());
     }
     let admitted = admit(&state, "chat", fields, request, received).await?;

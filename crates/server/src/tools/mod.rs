@@ -1,5 +1,5 @@
 //! Tool calling: OpenAI's `tools`, `tool_choice` and `parallel_tool_calls`, validated into
-//! a [`ToolRequest`]; the prompt the model sees (`prompt`), the grammar its output must
+//! a [`ToolRequest`]; the prompt the model sees (`prompt`), the constraint its output must
 //! follow (`grammar`), and the calls read back from the text it writes (`parse`).
 //!
 //! Calls are written in the Hermes format (Qwen2.5, Hermes, SmolLM's function-calling
@@ -12,7 +12,7 @@ mod grammar;
 mod parse;
 mod prompt;
 
-pub use grammar::grammar;
+pub use grammar::constraint;
 pub use parse::{ToolCallParser, ToolEvent};
 pub use prompt::{render_messages, HistoryCall, HistoryMessage};
 

@@ -1,0 +1,261 @@
+//! Agent loops: every request offers OpenAI `tools`, and the benchmark plays the tools.
+//! When a reply calls some, the next round sends the assistant's calls and a result of
+//! `--tool-result-tokens` tokens for each, up to `--max-tool-rounds` rounds; then the
+//! conversation goes on with its next user turn. Every call is checked: a name among the
+//! tools, arguments that parse and validate against that tool's `parameters`.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::BenchError;
+
+/// One call as the stream delivered it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// A piece of a streamed call (`delta.tool_calls[]`): the first names it, the rest add
+/// argument text.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct ToolCallDelta {
+    #[serde(default)]
+    pub index: Option<u32>,
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub function: Option<FunctionDelta>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct FunctionDelta {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub arguments: Option<String>,
+}
+
+/// Adds one streamed piece to the calls assembled so far.
+pub fn assemble(calls: &mut Vec<ToolCall>, delta: ToolCallDelta) {
+    // Each call's pieces carry its index; a piece without one continues the last call.
+    let index = delta.index.map_or(calls.len().saturating_sub(1), |i| i as usize);
+    if calls.len() <= index {
+        calls.resize(index + 1, ToolCall::default());
+    }
+    let call = &mut calls[index];
+    if let Some(id) = delta.id {
+        call.id = id;
+    }
+    if let Some(function) = delta.function {
+        call.name.push_str(&function.name.unwrap_or_default());
+        call.arguments.push_str(&function.arguments.unwrap_or_default());
+    }
+}
+
+/// What the check of one reply's calls found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallCheck {
+    pub calls: u32,
+    /// Arguments that parse as a JSON object.
+    pub parsed: u32,
+    /// Names among the offered tools (and the named one, for a named `tool_choice`).
+    pub allowed: u32,
+    /// All three: allowed, parsed, and valid for the tool's `parameters`.
+    pub valid: u32,
+    /// Calls `max_tokens` cut short (the last of a reply that ended at `length`): not
+    /// counted in `calls`, and not sent back.
+    #[serde(default)]
+    pub cut: u32,
+}
+
+/// The tools every request offers, and how the benchmark answers their calls.
+pub struct ToolSet {
+    pub tools: Vec<Value>,
+    pub tool_choice: Value,
+    pub result_tokens: usize,
+    pub max_rounds: u32,
+    validators: HashMap<String, jsonschema::Validator>,
+}
+
+impl std::fmt::Debug for ToolSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolSet").field("tools", &self.tools.len()).field("tool_choice", &self.tool_choice).finish()
+    }
+}
+
+impl ToolSet {
+    /// `path` holds an OpenAI `tools` array; `choice` is `auto`, `required`, `none` or a
+    /// function's name.
+    pub fn load(path: &Path, choice: &str, result_tokens: usize, max_rounds: u32) -> Result<Arc<Self>, BenchError> {
+        let bad = |m: String| BenchError::Args(format!("--tools {}: {m}", path.display()));
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        let tools: Vec<Value> =
+            serde_json::from_str(&text).map_err(|e| bad(format!("not a JSON array of tools: {e}")))?;
+        let mut validators = HashMap::new();
+        for (i, tool) in tools.iter().enumerate() {
+            let name =
+                tool["function"]["name"].as_str().ok_or_else(|| bad(format!("tool {i} has no function.name")))?;
+            let schema = tool["function"].get("parameters").cloned().unwrap_or_else(|| json!({"type": "object"}));
+            let validator = jsonschema::options()
+                .should_validate_formats(true)
+                .build(&schema)
+                .map_err(|e| bad(format!("tool `{name}`: {e}")))?;
+            validators.insert(name.to_string(), validator);
+        }
+        let tool_choice = match choice {
+            "auto" | "required" | "none" => json!(choice),
+            name if validators.contains_key(name) => json!({"type": "function", "function": {"name": name}}),
+            other => return Err(bad(format!("--tool-choice `{other}` is not auto, required, none or a tool's name"))),
+        };
+        Ok(Arc::new(Self { tools, tool_choice, result_tokens, max_rounds: max_rounds.max(1), validators }))
+    }
+
+    /// The body fields that offer the tools.
+    pub fn body_fields(&self) -> Value {
+        json!({"tools": self.tools, "tool_choice": self.tool_choice})
+    }
+
+    /// Checks a reply's calls; a reply cut by `max_tokens` loses its last call (unfinished).
+    pub fn check(&self, calls: &mut Vec<ToolCall>, cut_by_length: bool) -> CallCheck {
+        let cut = u32::from(cut_by_length && calls.pop().is_some());
+        let named = self.tool_choice["function"]["name"].as_str();
+        let mut check = CallCheck { calls: calls.len() as u32, cut, ..CallCheck::default() };
+        for call in calls {
+            let validator = self.validators.get(&call.name).filter(|_| named.is_none_or(|n| n == call.name));
+            let arguments = serde_json::from_str::<Value>(&call.arguments).ok().filter(Value::is_object);
+            check.allowed += u32::from(validator.is_some());
+            check.parsed += u32::from(arguments.is_some());
+            if let (Some(validator), Some(arguments)) = (validator, &arguments) {
+                check.valid += u32::from(validator.is_valid(arguments));
+            }
+        }
+        check
+    }
+
+    /// The next round's messages after a reply that made `calls`: the assistant's calls,
+    /// then a result for each, about `result_tokens` tokens of plausible JSON.
+    pub fn round_messages(&self, text: &str, calls: &[ToolCall], round: u32) -> Vec<Value> {
+        let assistant_calls: Vec<Value> = calls
+            .iter()
+            .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+            .collect();
+        let content = if text.is_empty() { Value::Null } else { json!(text) };
+        let mut messages = vec![json!({"role": "assistant", "content": content, "tool_calls": assistant_calls})];
+        for (i, call) in calls.iter().enumerate() {
+            messages.push(json!({"role": "tool", "tool_call_id": call.id, "content": self.result(call, round, i)}));
+        }
+        messages
+    }
+
+    /// A tool result of about `result_tokens` tokens (a word is about a token).
+    fn result(&self, call: &ToolCall, round: u32, i: usize) -> String {
+        const WORDS: &[&str] = &["ok", "value", "item", "north", "record", "status", "ready", "total", "note", "entry"];
+        let words: Vec<&str> =
+            (0..self.result_tokens.saturating_sub(12)).map(|k| WORDS[(k + i) % WORDS.len()]).collect();
+        json!({"tool": call.name, "round": round, "result": "done", "details": words.join(" ")}).to_string()
+    }
+}
+
+/// Over a run: how many replies called tools, how many calls were valid, and the rounds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallSummary {
+    /// Completed replies, and those that called at least one tool.
+    pub replies: usize,
+    pub replies_with_calls: usize,
+    pub calls: u64,
+    pub parsed: u64,
+    pub allowed: u64,
+    pub valid: u64,
+    /// Calls `max_tokens` cut short, apart.
+    #[serde(default)]
+    pub cut: u64,
+    /// Valid calls of all calls made, in percent.
+    pub valid_pct: Option<f64>,
+    /// Completed requests that were a second or later round (a reply to tool results).
+    pub later_rounds: usize,
+    /// TTFT p50 of first rounds (the user's turn) and of later rounds (replies to tool
+    /// results: where reusing the conversation's KV decides).
+    pub ttft_p50_first_round_ms: Option<f64>,
+    pub ttft_p50_later_rounds_ms: Option<f64>,
+}
+
+impl ToolCallSummary {
+    /// From each completed reply's check, round and TTFT.
+    pub fn of(replies: impl Iterator<Item = (CallCheck, u32, Option<f64>)>) -> Option<Self> {
+        let mut s = Self::default();
+        let (mut first, mut later) = (Vec::new(), Vec::new());
+        for (check, round, ttft) in replies {
+            if let Some(ttft) = ttft {
+                if round > 1 {
+                    later.push(ttft)
+                } else {
+                    first.push(ttft)
+                }
+            }
+            s.replies += 1;
+            s.replies_with_calls += usize::from(check.calls > 0);
+            s.calls += u64::from(check.calls);
+            s.parsed += u64::from(check.parsed);
+            s.allowed += u64::from(check.allowed);
+            s.valid += u64::from(check.valid);
+            s.cut += u64::from(check.cut);
+            s.later_rounds += usize::from(round > 1);
+        }
+        s.valid_pct = (s.calls > 0).then(|| 100.0 * s.valid as f64 / s.calls as f64);
+        s.ttft_p50_first_round_ms = crate::stats::Distribution::of(first).map(|d| d.p50);
+        s.ttft_p50_later_rounds_ms = crate::stats::Distribution::of(later).map(|d| d.p50);
+        (s.replies > 0).then_some(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delta(index: u32, id: Option<&str>, name: Option<&str>, arguments: &str) -> ToolCallDelta {
+        ToolCallDelta {
+            index: Some(index),
+            id: id.map(str::to_string),
+            function: Some(FunctionDelta { name: name.map(str::to_string), arguments: Some(arguments.into()) }),
+        }
+    }
+
+    #[test]
+    fn streamed_pieces_assemble_into_calls_and_calls_are_checked() {
+        let mut calls = Vec::new();
+        assemble(&mut calls, delta(0, Some("a"), Some("add"), ""));
+        assemble(&mut calls, delta(0, None, None, "{\"a\": 1, "));
+        assemble(&mut calls, delta(0, None, None, "\"b\": 2}"));
+        assemble(&mut calls, delta(1, Some("b"), Some("add"), "{\"a\": \"x\"}"));
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[0], ToolCall { id: "a".into(), name: "add".into(), arguments: "{\"a\": 1, \"b\": 2}".into() });
+        let path = std::env::temp_dir().join(format!("rillm-tools-{}.json", std::process::id()));
+        let tools = json!([{"type": "function", "function": {"name": "add", "parameters": {"type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}]);
+        std::fs::write(&path, tools.to_string()).expect("write");
+        let set = ToolSet::load(&path, "required", 40, 3).expect("loads");
+        let _ = std::fs::remove_file(&path);
+        calls.push(ToolCall { id: "c".into(), name: "rm".into(), arguments: "{}".into() });
+        let check = set.check(&mut calls.clone(), false);
+        assert_eq!(check, CallCheck { calls: 3, parsed: 3, allowed: 2, valid: 1, cut: 0 });
+        let mut cut = calls.clone();
+        assert_eq!(set.check(&mut cut, true), CallCheck { calls: 2, parsed: 2, allowed: 2, valid: 1, cut: 1 });
+        assert_eq!(cut.len(), 2, "the cut call is not sent back");
+        let next = set.round_messages("", &calls[..1], 1);
+        assert_eq!(next[0]["tool_calls"][0]["function"]["name"], "add");
+        assert_eq!(next[1]["tool_call_id"], "a");
+        let words = next[1]["content"].as_str().expect("result").split_whitespace().count();
+        assert!((25..=45).contains(&words), "about 40 tokens: {words} words");
+        let replies = [(check, 1, Some(10.0)), (CallCheck::default(), 2, Some(4.0))];
+        let summary = ToolCallSummary::of(replies.into_iter()).expect("a summary");
+        assert_eq!((summary.ttft_p50_first_round_ms, summary.ttft_p50_later_rounds_ms), (Some(10.0), Some(4.0)));
+        assert_eq!((summary.replies, summary.replies_with_calls, summary.later_rounds), (2, 1, 1));
+        assert_eq!(summary.valid_pct.map(|p| p.round()), Some(33.0));
+    }
+}

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Agent loops, rillm serve vs llama.cpp's llama-server --jinja on the same model: 16 agents
+# (the first 16 prompts of crates/bench/tools/prompts.jsonl), 8 at a time, each offered the
+# 24 shipped tools (crates/bench/tools/tools.json); `rillm bench` plays the tools (a result
+# of 64 tokens per call, up to 3 rounds per agent), greedy, 160 tokens a reply at most.
+# tool_choice `required` and `auto`, every run on a fresh server; `rillm bench compare`
+# prints the ratios (valid calls, TTFT of rounds 2+, output tok/s, throughput).
+#
+# llama-server runs with --jinja; SmolLM2's own template knows nothing of tools, so by default
+# it is given Qwen2.5's (ChatML with Hermes tool calls, as rillm writes them: its best
+# setting on this model; LLAMA_TEMPLATE= empty keeps the model's own).
+#
+#   LLAMA_SERVER=/path/to/llama-server scripts/compare-agents.sh [OUT_DIR]
+# SERVERS="llama rillm" (the default) or either alone.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-/tmp/rillm-agents}
+SLOTS=${SLOTS:-8}
+# The tools' system block is ~2,300 tokens.
+CTX=${CTX:-4096}
+CHOICES=${CHOICES:-required auto}
+SERVERS=${SERVERS:-llama rillm}
+LLAMA_TEMPLATE=${LLAMA_TEMPLATE-$(ls -d /tmp/peer/llama_cpp_python-*/vendor/llama.cpp/models/templates/Qwen-Qwen2.5-7B-Instruct.jinja 2>/dev/null | head -1)}
+LLAMA_JINJA="--jinja${LLAMA_TEMPLATE:+ --chat-template-file $LLAMA_TEMPLATE}"
+. scripts/compare-common.sh
+mkdir -p "$OUT"
+URL="http://127.0.0.1:$PORT/v1/chat/completions"
+head -16 crates/bench/tools/prompts.jsonl > "$OUT/agents.jsonl"
+
+bench() { # name choice
+  "$BENCH" bench --url "$URL" --dataset "$OUT/agents.jsonl" --tools crates/bench/tools/tools.json \
+    --tool-choice "$2" --max-tool-rounds 3 --tool-result-tokens 64 --concurrency 8 --temperature 0 \
+    --timeout 600 --output "$OUT/$1.json" > "$OUT/$1.txt"
+}
+
+for choice in $CHOICES; do
+  if [[ " $SERVERS " == *" llama "* ]]; then
+    LLAMA_ARGS=$LLAMA_JINJA start_llama "$OUT/llama-$choice.log"; bench "llama-$choice" "$choice"; stop_server
+  fi
+  if [[ " $SERVERS " == *" rillm "* ]]; then
+    start_rillm "$OUT/rillm-$choice.log"; bench "rillm-$choice" "$choice"; stop_server
+  fi
+done
+
+for choice in $CHOICES; do
+  echo "== tool_choice $choice: llama-server --jinja (a) vs rillm (b)"
+  grep "tool calls" "$OUT/llama-$choice.txt" "$OUT/rillm-$choice.txt" || true
+  "$BENCH" bench compare "$OUT/llama-$choice.json" "$OUT/rillm-$choice.json" --label llama-server --label rillm
+done
