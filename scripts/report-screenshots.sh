@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's report and compare screenshots, from a real run: a Poisson sweep from half to
+# The report and compare screenshots in docs/benchmarks.md, from a real run: a Poisson sweep from half to
 # twice capacity against rillm serve (--max-queue-ms 1000) and llama.cpp's llama-server,
 # same model, cores and client, one server at a time; then `rillm bench compare` and
 # headless Chromium at 1280 px.

@@ -159,6 +159,29 @@ async fn n_choices_share_one_prefill_and_each_ends_on_its_own() {
     assert_eq!((roles, finishes), ([1; 3], [1; 3]));
     let usage = &chunks.last().expect("usage chunk")["usage"];
     assert!(usage["completion_tokens"].as_u64().expect("n") >= 3, "{usage}");
+
+    // Each choice has its own constraint matcher, and its own log-probabilities.
+    let constrained = post_json(
+        &server,
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": "Describe a cat as JSON."}], "n": 2, "temperature": 1,
+               "seed": 4, "max_tokens": 60, "response_format": {"type": "json_object"}, "logprobs": true}),
+    )
+    .await;
+    for choice in constrained["choices"].as_array().expect("choices") {
+        let text = choice["message"]["content"].as_str().expect("content");
+        if choice["finish_reason"] == "stop" {
+            let parsed: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            assert!(parsed.is_object(), "{text}");
+        }
+        let tokens: String = choice["logprobs"]["content"]
+            .as_array()
+            .expect("logprobs")
+            .iter()
+            .filter_map(|e| e["token"].as_str())
+            .collect();
+        assert_eq!(tokens, text, "a choice's logprobs are its own tokens");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
