@@ -17,23 +17,6 @@ use rillm_engine::Engine;
 use serde_json::Value;
 use support::{Options, TestServer};
 
-fn python_with_lm_eval() -> Option<String> {
-    let python = std::env::var("RILLM_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
-    let has = std::process::Command::new(&python)
-        .args(["-c", "import lm_eval, aiohttp, tenacity"])
-        .output()
-        .is_ok_and(|out| out.status.success());
-    if has {
-        return Some(python);
-    }
-    assert!(
-        std::env::var_os("RILLM_REQUIRE_SDK").is_none(),
-        "RILLM_REQUIRE_SDK is set but {python} cannot import lm_eval (lm_eval[api])"
-    );
-    eprintln!("skipped: {python} has no lm_eval (scripts/test installs it); the harness check did not run");
-    None
-}
-
 /// The loglikelihood of `continuation` after `context`, from the engine: the tokens split
 /// as lm-evaluation-harness splits them (trailing spaces of the context move to the
 /// continuation; the whole is tokenized once and the context's tokens cut off).
@@ -57,7 +40,7 @@ async fn engine_loglikelihood(engine: &Engine, context: &str, continuation: &str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lm_eval_scores_a_local_task_as_the_engine_scores_it() {
-    let Some(python) = python_with_lm_eval() else { return };
+    let Some(python) = support::python_with("lm_eval, aiohttp, tenacity") else { return };
     let (server, engine) =
         TestServer::start_sharing_engine(Options { max_running: 4, max_waiting: 16, ctx: 512, ..Options::default() })
             .await;

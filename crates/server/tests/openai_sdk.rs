@@ -12,25 +12,8 @@ use std::time::Duration;
 
 use support::{Options, TestServer};
 
-fn python() -> Option<String> {
-    let python = std::env::var("RILLM_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
-    let has_sdk = std::process::Command::new(&python)
-        .args(["-c", "import openai, pydantic"])
-        .output()
-        .is_ok_and(|out| out.status.success());
-    if has_sdk {
-        return Some(python);
-    }
-    assert!(
-        std::env::var_os("RILLM_REQUIRE_SDK").is_none(),
-        "RILLM_REQUIRE_SDK is set but {python} cannot import openai and pydantic"
-    );
-    eprintln!("skipped: {python} has no openai/pydantic (scripts/test installs them); the SDK checks did not run");
-    None
-}
-
 async fn run_script(script: &str) {
-    let Some(python) = python() else { return };
+    let Some(python) = support::python_with("openai, pydantic, agents") else { return };
     let server = TestServer::start(Options { max_running: 4, max_waiting: 16, ctx: 1024, ..Options::default() }).await;
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/sdk").join(script);
     let run = tokio::process::Command::new(&python).arg(&path).arg(&server.base).kill_on_drop(true).output();
