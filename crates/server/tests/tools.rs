@@ -173,6 +173,24 @@ async fn a_tool_loop_carries_results_back_and_bad_tool_input_is_a_400_naming_the
     assert!(!text.is_empty() && !text.contains("<tool_call>"), "{answer}");
     assert_eq!(answer["choices"][0]["finish_reason"], "stop", "{answer}");
 
+    // /generate: the same tools; its final event carries the parsed calls.
+    let events = read_sse(
+        server
+            .post(
+                "/generate",
+                json!({"messages": [{"role": "user", "content": "Add 17 and 25."}], "tools": tools(),
+                       "tool_choice": {"type": "function", "function": {"name": "add"}}, "max_tokens": 100}),
+            )
+            .await,
+    )
+    .await;
+    let done = events.iter().find(|e| e.event == "done").expect("a done event").json();
+    let calls = done["tool_calls"].as_array().expect("tool_calls on the final event");
+    assert!(!calls.is_empty(), "{done}");
+    for call in calls {
+        check_call(call["name"].as_str().expect("name"), call["arguments"].as_str().expect("arguments"), &["add"]);
+    }
+
     let user = json!([{"role": "user", "content": "hi"}]);
     let cases = [
         (json!({"messages": user, "tools": [{"type": "retrieval"}]}), "tools[0].type"),
@@ -194,6 +212,8 @@ async fn a_tool_loop_carries_results_back_and_bad_tool_input_is_a_400_naming_the
         (json!({"messages": user, "function_call": "auto"}), "function_call"),
         (json!({"messages": user, "tools": tools(), "response_format": {"type": "json_object"}}), "response_format"),
     ];
+    let response = server.post("/generate", json!({"prompt": "x", "messages": user})).await;
+    assert_eq!(response.status(), 400);
     for (body, param) in cases {
         let response = server.post("/v1/chat/completions", body.clone()).await;
         assert_eq!(response.status(), 400, "{body}");

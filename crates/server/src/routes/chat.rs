@@ -84,6 +84,11 @@ pub(crate) fn messages(input: Vec<MessageInput>) -> Result<Vec<ChatMessage>, Api
     tools::render_messages(history(input)?, None)
 }
 
+/// The messages as the template renders them, tools offered when given.
+pub(crate) fn render(input: Vec<MessageInput>, tools: Option<&ToolRequest>) -> Result<Vec<ChatMessage>, ApiError> {
+    tools::render_messages(history(input)?, tools)
+}
+
 /// The messages as sent, tool calls and results included.
 fn history(input: Vec<MessageInput>) -> Result<Vec<HistoryMessage>, ApiError> {
     if input.is_empty() {
@@ -153,7 +158,7 @@ pub async fn chat_completions(
     if let (Some(c), Some(_)) = (&constraint, tools.as_ref().filter(|t| t.choice != ToolChoice::None)) {
         return Err(ApiError::invalid(c.param.clone(), "an output constraint and `tools` cannot both shape the reply"));
     }
-    let messages = tools::render_messages(history(body.messages)?, tools.as_ref())?;
+    let messages = render(body.messages, tools.as_ref())?;
     let (max_tokens, max_tokens_param) = match (body.max_completion_tokens, body.max_tokens) {
         (Some(n), _) => (Some(n), "max_completion_tokens"),
         (None, n) => (n, "max_tokens"),

@@ -19,10 +19,18 @@ use crate::openai::{usage_json, GenerationParams, StopInput};
 use crate::sse::{json_event, sse_response, StreamFormat};
 use crate::state::AppState;
 use crate::structured::{constrain, ConstraintFields};
+use crate::tools::{self, ToolCallParser, ToolChoice, ToolRequest};
 
 #[derive(Debug, Deserialize)]
 pub struct GenerateBody {
+    #[serde(default)]
     prompt: String,
+    /// Chat messages (tool calls and results included) instead of `prompt`.
+    messages: Option<Vec<crate::routes::chat::MessageInput>>,
+    /// Tools, as on chat: the final event carries the parsed calls.
+    tools: Option<serde_json::Value>,
+    tool_choice: Option<serde_json::Value>,
+    parallel_tool_calls: Option<serde_json::Value>,
     max_tokens: Option<i64>,
     max_new_tokens: Option<i64>,
     temperature: Option<f64>,
@@ -48,8 +56,11 @@ pub async fn generate(
     JsonBody(body): JsonBody<GenerateBody>,
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
-    if body.prompt.is_empty() {
+    if body.prompt.is_empty() && body.messages.is_none() {
         return Err(ApiError::invalid("prompt", "`prompt` must not be empty"));
+    }
+    if !body.prompt.is_empty() && body.messages.is_some() {
+        return Err(ApiError::invalid("messages", "give `prompt` or `messages`, not both"));
     }
     if body.max_tokens.is_some() && body.max_new_tokens.is_some() {
         return Err(ApiError::invalid("max_new_tokens", "give `max_tokens` or `max_new_tokens`, not both"));
@@ -58,9 +69,19 @@ pub async fn generate(
         (None, Some(n)) => (Some(n), "max_new_tokens"),
         (n, _) => (n, "max_tokens"),
     };
-    let prompt =
-        if body.chat { Prompt::Chat(vec![ChatMessage::new("user", body.prompt)]) } else { Prompt::Text(body.prompt) };
+    let tools = ToolRequest::from_fields(body.tools, body.tool_choice, body.parallel_tool_calls)?;
+    let prompt = match body.messages {
+        Some(messages) => Prompt::Chat(crate::routes::chat::render(messages, tools.as_ref())?),
+        None if tools.is_some() => {
+            Prompt::Chat(tools::render_messages(vec![tools::HistoryMessage::user(body.prompt)], tools.as_ref())?)
+        }
+        None if body.chat => Prompt::Chat(vec![ChatMessage::new("user", body.prompt)]),
+        None => Prompt::Text(body.prompt),
+    };
     let constraint = body.constraints.into_constraint()?;
+    if let (Some(c), Some(_)) = (&constraint, tools.as_ref().filter(|t| t.choice != ToolChoice::None)) {
+        return Err(ApiError::invalid(c.param.clone(), "an output constraint and `tools` cannot both shape the reply"));
+    }
     let mut request = GenerationParams {
         max_tokens,
         max_tokens_param,
@@ -81,12 +102,20 @@ pub async fn generate(
         Some(n) if (0..=crate::logprobs::MAX_TOP_LOGPROBS).contains(&n) => Some(n as u32),
         Some(n) => return Err(ApiError::invalid("logprobs", format!("`logprobs` must be between 0 and 20, got {n}"))),
     };
-    let fields = constrain(&mut request, constraint, "prompt");
+    let mut fields = constrain(&mut request, constraint, "prompt");
+    if let Some(tools) = &tools {
+        request.constraint = Some(tools::constraint(tools));
+        fields.constraint = Some("tools".into());
+    }
     let admitted = admit(&state, "generate", fields, request, received).await?;
-    Ok(sse_response(admitted, GenerateFormat))
+    let calls = tools.is_some().then(|| ToolCallParser::new(format!("call_{}_", admitted.stream.id())));
+    Ok(sse_response(admitted, GenerateFormat { calls }))
 }
 
-struct GenerateFormat;
+/// With tools, the text is also read for calls; the final event carries them.
+struct GenerateFormat {
+    calls: Option<ToolCallParser>,
+}
 
 #[derive(serde::Serialize)]
 struct TextEvent<'a> {
@@ -98,13 +127,16 @@ struct TextEvent<'a> {
 
 impl StreamFormat for GenerateFormat {
     fn text(&mut self, _index: u32, text: &str, token_ids: &[u32], logprobs: &[TokenLogprob]) -> Vec<Event> {
+        if let Some(parser) = self.calls.as_mut() {
+            parser.push(text);
+        }
         let logprobs = (!logprobs.is_empty()).then(|| crate::logprobs::generate(logprobs));
         vec![json_event(&TextEvent { text, token_ids, logprobs })]
     }
 
     fn choice_done(&mut self, done: &Completion) -> Vec<Event> {
         let t = &done.timings;
-        let body = json!({
+        let mut body = json!({
             "finish_reason": done.finish_reason.as_str(),
             "usage": usage_json(&done.usage),
             "timings": {
@@ -114,6 +146,17 @@ impl StreamFormat for GenerateFormat {
                 "decode_ms": t.decode_ms,
             },
         });
+        if let Some(parser) = self.calls.as_mut() {
+            parser.finish();
+            // Complete calls only: one `max_tokens` cut short is not a call.
+            let calls: Vec<serde_json::Value> = parser
+                .calls()
+                .iter()
+                .filter(|c| c.complete)
+                .map(|c| json!({"id": c.id, "name": c.name, "arguments": c.arguments}))
+                .collect();
+            body["tool_calls"] = json!(calls);
+        }
         let mut events = Vec::with_capacity(2);
         if let Some(error) = &done.error {
             let error = ApiError::internal(error.clone());

@@ -21,6 +21,12 @@ pub struct HistoryMessage {
     pub tool_call_id: Option<String>,
 }
 
+impl HistoryMessage {
+    pub fn user(content: impl Into<String>) -> Self {
+        Self { role: "user".into(), content: content.into(), tool_calls: Vec::new(), tool_call_id: None }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct HistoryCall {
     pub id: String,
