@@ -95,7 +95,7 @@ def streamed(client, model, tool_choice, ask, parallel=None) -> list:
                     calls[delta.index] = {"id": delta.id, "name": delta.function.name, "arguments": ""}
                 calls[delta.index]["arguments"] += delta.function.arguments or ""
             finish = choice.finish_reason or finish
-    assert "<tool_call" not in content and "</tool_call>" not in content, content
+    assert "<tool_call>" not in content and "</tool_call>" not in content, content
     for call in calls.values():
         check(
             openai.types.chat.ChatCompletionMessageToolCall(

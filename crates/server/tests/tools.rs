@@ -140,7 +140,8 @@ async fn streamed_calls_reassemble_and_auto_replies_never_leak_markup() {
                     finish = choice0["finish_reason"].clone();
                 }
             }
-            assert!(!content.contains("<tool_call") && !content.contains("</tool_call>"), "{body}: {content:?}");
+            // A call's markup never reaches the content (text that merely starts like it may).
+            assert!(!content.contains("<tool_call>") && !content.contains("</tool_call>"), "{body}: {content:?}");
             for (_, name, arguments) in &calls {
                 check_call(name, arguments, &["get_weather", "add", "search_flights"]);
             }
