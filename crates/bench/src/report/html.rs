@@ -155,6 +155,12 @@ fn level_section(body: &mut String, r: &BenchResult, is_knee: bool) {
         card(body, "valid outputs (finished)", &valid, s.valid < s.finished);
         card(body, "cut by max_tokens", &s.cut_by_length.to_string(), s.cut_by_length > 0);
     }
+    if let Some(c) = &r.tool_calls {
+        let valid = format!("{} of {} ({} %)", c.valid, c.calls, num(c.valid_pct, 1));
+        card(body, "valid tool calls", &valid, c.valid < c.calls);
+        card(body, "replies with calls", &format!("{} of {}", c.replies_with_calls, c.replies), false);
+        card(body, "TTFT p50, tool rounds 2+", &num(c.ttft_p50_later_rounds_ms, 1), false);
+    }
     body.push_str("</div>");
     warning(body, "What these figures are, and are not", &r.limits);
     latency_table(body, r);

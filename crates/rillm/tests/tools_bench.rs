@@ -1,0 +1,63 @@
+//! The agent-loop workload through the `rillm bench` binary against `rillm serve` on the
+//! real model: the shipped tools are offered, the bench plays them (a result per call and
+//! another round), and the result checks every call and counts the rounds.
+
+use std::path::PathBuf;
+
+mod support;
+
+use support::{bench_result, serial, Server};
+
+#[test]
+fn the_bench_plays_the_tools_and_checks_every_call() {
+    let _serial = serial();
+    // The 24 tools' block is ~2,300 prompt tokens.
+    let server = Server::start(4096, &[]);
+    let tools = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/tools/tools.json");
+    let dir = std::env::temp_dir();
+    let prompts = dir.join(format!("rillm-agents-{}.jsonl", std::process::id()));
+    let report = dir.join(format!("rillm-agents-{}.html", std::process::id()));
+    std::fs::write(
+        &prompts,
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"What is 1234 multiplied by 56?\"}], \"max_tokens\": 120}\n\
+         {\"messages\": [{\"role\": \"user\", \"content\": \"What's the weather in Lisbon?\"}], \"max_tokens\": 120}\n",
+    )
+    .unwrap();
+    let url = server.url("/v1/chat/completions");
+    let args = [
+        "--url",
+        &url,
+        "--dataset",
+        prompts.to_str().unwrap(),
+        "--tools",
+        tools.to_str().unwrap(),
+        "--tool-choice",
+        "required",
+        "--max-tool-rounds",
+        "2",
+        "--concurrency",
+        "2",
+        "--temperature",
+        "0",
+        "--timeout",
+        "300",
+        "--report",
+        report.to_str().unwrap(),
+    ];
+    let result = bench_result(&args, "agents");
+    let summary = &result["tool_calls"];
+    let n = |k: &str| summary[k].as_u64().unwrap_or_else(|| panic!("{k} in {summary}"));
+    assert!(n("calls") >= 2, "every first round calls under `required`: {summary}");
+    assert_eq!(n("valid"), n("calls"), "every call rillm emits is valid: {summary}");
+    assert!(n("later_rounds") >= 1, "a reply to tool results was asked for: {summary}");
+    assert!(summary["ttft_p50_later_rounds_ms"].as_f64().is_some(), "{summary}");
+    let requests = result["requests"].as_array().unwrap();
+    let rounds: Vec<u64> = requests.iter().filter_map(|r| r["round"].as_u64()).collect();
+    assert_eq!(rounds.len(), requests.len(), "every request says its round");
+    assert!(rounds.contains(&2), "{rounds:?}");
+    assert_eq!(result["run_context"]["workload"]["tools"]["count"], 24);
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert!(html.contains("valid tool calls"), "the report shows the calls' check");
+    let _ = std::fs::remove_file(prompts);
+    let _ = std::fs::remove_file(report);
+}
