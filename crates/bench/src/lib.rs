@@ -20,6 +20,7 @@ pub mod runner;
 pub mod schedule;
 pub mod session;
 pub mod shard;
+pub mod slo;
 pub mod stats;
 pub mod structured;
 pub mod synth;

@@ -1,7 +1,7 @@
 //! The `limits` text of a result: what its figures are and are not, in sentences, so a
 //! reader of one number sees the caveats that go with it.
 
-use crate::result::Slos;
+use crate::slo::Slos;
 
 /// What the `limits` text is written from.
 pub(crate) struct LimitFacts<'a> {

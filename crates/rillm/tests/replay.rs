@@ -30,12 +30,9 @@ fn requests(result: &Value) -> &Vec<Value> {
 }
 
 #[test]
-fn the_shared_azure_trace_replays_against_rillm_with_exact_prompt_lengths() {
-    let trace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/azure-llm-2023-conv.csv");
-    if !trace.exists() {
-        eprintln!("skipped: {} is not here", trace.display());
-        return;
-    }
+fn the_azure_trace_replays_against_rillm_with_exact_prompt_lengths() {
+    let trace =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/tests/fixtures/azure-llm-2023-conv-head200.csv");
     let (_serial, server) = server();
     let url = server.url("/v1/chat/completions");
     let args = [

@@ -8,6 +8,7 @@ mod admission;
 mod auth;
 mod connections;
 mod error;
+mod finish;
 mod json;
 mod logprobs;
 pub mod metrics;

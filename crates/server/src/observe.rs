@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use rillm_backend::Completion;
 
+use crate::finish::openai_finish_reason;
 use crate::metrics::{self, RequestMetrics};
-use crate::openai::openai_finish_reason;
 
 pub struct RequestObserver {
     id: u64,

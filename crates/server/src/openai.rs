@@ -3,12 +3,13 @@
 use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use rillm_backend::{FinishReason, GenerateRequest, Prompt, SamplingParams, Usage};
+use rillm_backend::{GenerateRequest, Prompt, SamplingParams, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::admission::Admitted;
 use crate::error::ApiError;
+pub use crate::finish::openai_finish_reason;
 use crate::sse::{collect, json_event, sse_response, Collected, StreamFormat};
 use crate::state::AppState;
 
@@ -21,17 +22,6 @@ pub enum StopInput {
 }
 
 const MAX_STOP_STRINGS: usize = 16;
-
-/// The OpenAI spelling of a finish reason: `stop` and `length` for a finished
-/// completion, as vLLM sends; `abort` and `error` for the rest.
-pub fn openai_finish_reason(reason: FinishReason) -> &'static str {
-    match reason {
-        FinishReason::Length => "length",
-        FinishReason::Stop | FinishReason::Eos => "stop",
-        FinishReason::Cancelled => "abort",
-        FinishReason::Error => "error",
-    }
-}
 
 /// The generation knobs every endpoint accepts, before validation.
 #[derive(Debug, Default)]
