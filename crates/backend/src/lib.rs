@@ -16,8 +16,8 @@ mod stream;
 
 pub use rejected::Rejected;
 pub use request::{
-    ChatMessage, Completion, Constraint, FinishReason, GenerateRequest, Prompt, PromptToken, SamplingParams,
-    ServerTimings, StreamEvent, TokenId, TokenLogprob, TopLogprob, Usage,
+    ChatMessage, ChatToolCall, Completion, Constraint, FinishReason, GenerateRequest, Prompt, PromptToken,
+    SamplingParams, ServerTimings, StreamEvent, TokenId, TokenLogprob, TopLogprob, Usage,
 };
 pub use stats::{CacheLayout, ConstraintSnapshot, PrefixCacheSnapshot, StatsSnapshot};
 pub use stream::RequestStream;
@@ -29,6 +29,10 @@ pub struct TokenizerInfo {
     pub eos_token: Option<String>,
     /// The Jinja source of the model's chat template.
     pub chat_template: Option<String>,
+    /// The chat template lists tools and writes calls and results itself, in the Hermes
+    /// `<tool_call>` format (Qwen2.5's, Hermes 2/3's): the server passes it the tools
+    /// instead of writing its own block.
+    pub chat_template_tools: bool,
 }
 
 /// Whether the engine behind a backend can still serve.

@@ -8,8 +8,10 @@ pub type TokenId = u32;
 pub enum Prompt {
     /// Raw text, tokenized as is (special-token text such as `<|im_start|>` is honoured).
     Text(String),
-    /// Chat messages, rendered with the model's own chat template.
-    Chat(Vec<ChatMessage>),
+    /// Chat messages, rendered with the model's own chat template; `tools` (OpenAI-shaped
+    /// `{"type": "function", "function": {..}}` objects) go to templates that list tools
+    /// themselves, and are empty otherwise.
+    Chat { messages: Vec<ChatMessage>, tools: Vec<serde_json::Value> },
     /// Token ids, fed as they are (no BOS added): what evaluation harnesses send, having
     /// tokenized context and continuation themselves.
     Tokens(Vec<TokenId>),
@@ -20,21 +22,60 @@ impl Prompt {
     pub fn text_len(&self) -> usize {
         match self {
             Self::Text(text) => text.len(),
-            Self::Chat(messages) => messages.iter().map(|m| m.role.len() + m.content.len()).sum(),
+            Self::Chat { messages, tools } => {
+                let tools: usize = tools.iter().map(|t| t.to_string().len()).sum();
+                tools + messages.iter().map(|m| m.role.len() + m.content.len()).sum::<usize>()
+            }
             Self::Tokens(_) => 0,
         }
     }
 }
 
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+impl Prompt {
+    /// Chat messages with no tools.
+    pub fn chat(messages: Vec<ChatMessage>) -> Self {
+        Self::Chat { messages, tools: Vec::new() }
+    }
+}
+
+/// A chat message as templates read it: the tool fields are left out when empty, so
+/// templates that test `message.tool_calls is defined` see what they expect.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+    /// An assistant message's calls.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ChatToolCall>,
+    /// A `tool` message: the call it answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl ChatMessage {
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Self { role: role.into(), content: content.into() }
+        Self { role: role.into(), content: content.into(), tool_calls: Vec::new(), tool_call_id: None }
+    }
+}
+
+/// A call an earlier assistant turn made, as Hugging Face chat templates read it:
+/// `{"id", "type": "function", "function": {"name", "arguments"}}` with the arguments an
+/// object (templates write them with `tojson`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: serde_json::Value,
+}
+
+impl serde::Serialize for ChatToolCall {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serde_json::json!({
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        })
+        .serialize(serializer)
     }
 }
 
@@ -151,7 +192,7 @@ impl GenerateRequest {
     }
 
     pub fn chat(messages: Vec<ChatMessage>) -> Self {
-        Self::new(Prompt::Chat(messages))
+        Self::new(Prompt::chat(messages))
     }
 
     pub fn with_max_tokens(mut self, n: u32) -> Self {

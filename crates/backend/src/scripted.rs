@@ -103,7 +103,9 @@ impl ScriptedBackend {
     fn words(prompt: &Prompt) -> u32 {
         match prompt {
             Prompt::Text(text) => text.split_whitespace().count() as u32,
-            Prompt::Chat(messages) => messages.iter().map(|m| 1 + m.content.split_whitespace().count() as u32).sum(),
+            Prompt::Chat { messages, .. } => {
+                messages.iter().map(|m| 1 + m.content.split_whitespace().count() as u32).sum()
+            }
             Prompt::Tokens(tokens) => tokens.len() as u32,
         }
     }

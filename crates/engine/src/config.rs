@@ -29,6 +29,9 @@ pub struct EngineConfig {
     /// (milliseconds), rather than queue it to miss its deadline. `None`: queue up to
     /// `max_waiting`.
     pub max_queue_ms: Option<u64>,
+    /// A Jinja chat template used instead of the GGUF's own (llama-server's
+    /// `--chat-template-file`): e.g. one that lists tools itself.
+    pub chat_template: Option<String>,
 }
 
 impl EngineConfig {
@@ -44,6 +47,7 @@ impl EngineConfig {
             prefix_caching: true,
             host_cache_bytes: DEFAULT_HOST_CACHE_MIB << 20,
             max_queue_ms: None,
+            chat_template: None,
         }
     }
 

@@ -212,12 +212,12 @@ impl Engine {
                 check_vocabulary(tokens, tokenizer.vocab_size())?;
                 Ok(tokens.clone())
             }
-            Prompt::Chat(messages) => {
+            Prompt::Chat { messages, tools } => {
                 let template = tokenizer
                     .chat_template()
                     .ok_or_else(|| Rejected::InvalidRequest("this model has no chat template".into()))?;
                 let segments = template
-                    .render_segments(messages)
+                    .render_segments(messages, tools)
                     .map_err(|e| Rejected::InvalidRequest(format!("chat template: {e}")))?;
                 // Templates that emit BOS themselves must not get a second one.
                 let bos = template.bos_token();

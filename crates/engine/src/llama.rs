@@ -64,18 +64,22 @@ pub(crate) fn load_model(config: &EngineConfig) -> Result<Arc<LlamaModelHandle>,
     let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
     let vocab = model.vocab();
     let piece = |t: LlamaToken| String::from_utf8_lossy(&vocab.token_to_piece(t, true, None)).into_owned();
-    let template_source = model.meta_val_str("tokenizer.chat_template").ok();
-    let tokenizer_info = rillm_backend::TokenizerInfo {
-        bos_token: Some(piece(vocab.bos())).filter(|p| !p.is_empty()),
-        eos_token: Some(piece(vocab.eos())).filter(|p| !p.is_empty()),
-        chat_template: template_source.clone(),
+    let template_source = match &config.chat_template {
+        Some(source) => Some(source.clone()),
+        None => model.meta_val_str("tokenizer.chat_template").ok(),
     };
-    let template = match template_source {
+    let template = match &template_source {
         Some(source) => Some(
-            ChatTemplate::new(&source, &piece(vocab.bos()), &piece(vocab.eos()))
+            ChatTemplate::new(source, &piece(vocab.bos()), &piece(vocab.eos()))
                 .map_err(|e| EngineError::Template(e.to_string()))?,
         ),
         None => None,
+    };
+    let tokenizer_info = rillm_backend::TokenizerInfo {
+        bos_token: Some(piece(vocab.bos())).filter(|p| !p.is_empty()),
+        eos_token: Some(piece(vocab.eos())).filter(|p| !p.is_empty()),
+        chat_template: template_source,
+        chat_template_tools: template.as_ref().is_some_and(ChatTemplate::renders_hermes_tools),
     };
     let eog_tokens = vocab.tokens().filter(|&t| vocab.is_eog(t)).map(|t| t.0 as TokenId).collect();
     Ok(Arc::new(LlamaModelHandle { model, template, tokenizer_info, eog_tokens, name, architecture }))

@@ -382,7 +382,7 @@ fn special_token_text_inside_chat_content_stays_text_while_the_template_keeps_it
     assert_eq!(end_of_turn.len(), 1, "<|im_end|> is one control token in raw text");
     let count = |tokens: &[u32]| tokens.iter().filter(|&&t| t == end_of_turn[0]).count();
     let chat = |content: &str| {
-        let prompt = rillm_engine::Prompt::Chat(vec![ChatMessage::new("user", content)]);
+        let prompt = rillm_engine::Prompt::chat(vec![ChatMessage::new("user", content)]);
         engine.tokenize_prompt(&prompt).expect("renders")
     };
 

@@ -35,7 +35,7 @@ pub struct GenerateArgs {
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let engine = Engine::start(args.model.engine_config(1, 1)?)?;
     let prompt =
-        if args.chat { Prompt::Chat(vec![ChatMessage::new("user", args.prompt)]) } else { Prompt::Text(args.prompt) };
+        if args.chat { Prompt::chat(vec![ChatMessage::new("user", args.prompt)]) } else { Prompt::Text(args.prompt) };
     let sampling =
         SamplingParams { temperature: args.temperature, top_p: args.top_p, top_k: args.top_k, seed: args.seed };
     let request =

@@ -30,6 +30,10 @@ pub struct ModelArgs {
     /// more, restored instead of recomputed when they recur. 0 turns the tier off.
     #[arg(long, default_value_t = rillm_engine::DEFAULT_HOST_CACHE_MIB)]
     pub prefix_cache_mib: usize,
+    /// A Jinja chat template to use instead of the model's own. One that lists tools and
+    /// writes `<tool_call>` calls itself (Qwen2.5's, Hermes') is given the request's tools.
+    #[arg(long, value_name = "FILE")]
+    pub chat_template_file: Option<PathBuf>,
 }
 
 /// The engine's own defaults: the CLI shows and uses these, so they live in one place.
@@ -55,6 +59,11 @@ impl ModelArgs {
         config.gpu_layers = self.gpu_layers;
         config.prefix_caching = !self.no_prefix_cache;
         config.host_cache_bytes = self.prefix_cache_mib.saturating_mul(1 << 20);
+        if let Some(path) = &self.chat_template_file {
+            let source = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("cannot read --chat-template-file {}: {e}", path.display()))?;
+            config.chat_template = Some(source);
+        }
         Ok(config)
     }
 }

@@ -66,6 +66,11 @@ impl AppState {
         self.0.backend.get()
     }
 
+    /// The model's chat template lists tools and writes calls itself (see `tools::prompt`).
+    pub fn template_writes_tools(&self) -> bool {
+        self.backend().is_some_and(|b| b.tokenizer_info().chat_template_tools)
+    }
+
     /// The backend if new work may start now, else the 503 to send.
     pub fn ready_backend(&self) -> Result<&Arc<dyn Backend>, ApiError> {
         match (self.phase(), self.backend()) {

@@ -222,3 +222,48 @@ async fn a_tool_loop_carries_results_back_and_bad_tool_input_is_a_400_naming_the
         assert_eq!(error["error"]["param"], param, "{body}: {error}");
     }
 }
+
+/// The prompt a chat request renders to, as text (special tokens are not written back).
+async fn rendered(server: &TestServer, body: Value) -> String {
+    let response = server.post("/tokenize", body).await;
+    assert_eq!(response.status(), 200);
+    let tokens: Value = response.json().await.expect("JSON");
+    let response = server.post("/detokenize", json!({"tokens": tokens["tokens"]})).await;
+    let text: Value = response.json().await.expect("JSON");
+    text["prompt"].as_str().expect("text").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_that_writes_tools_is_given_them_and_its_calls_still_fit_the_schema() {
+    let qwen = include_str!("../../engine/tests/fixtures/qwen2.5-instruct.jinja").to_string();
+    let server = TestServer::start(Options { chat_template: Some(qwen), ..opts() }).await;
+    let user = json!([{"role": "user", "content": "Add 17 and 25."}]);
+    let prompt = rendered(&server, json!({"messages": user, "tools": tools()})).await;
+    // The template's own system block, with the tools as transformers writes them.
+    assert!(prompt.starts_with("system\nYou are Qwen"), "{prompt}");
+    assert!(prompt.contains("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\""), "{prompt}");
+    assert_eq!(prompt.matches("# Tools").count(), 1, "rillm adds no block of its own: {prompt}");
+
+    let first = post_json(&server, chat("Add 17 and 25.", json!({"tool_choice": "required", "temperature": 0}))).await;
+    let call = first["choices"][0]["message"]["tool_calls"][0].clone();
+    check_call(
+        call["function"]["name"].as_str().expect("name"),
+        call["function"]["arguments"].as_str().expect("args"),
+        &["get_weather", "add", "search_flights"],
+    );
+    let messages = json!([
+        {"role": "user", "content": "Add 17 and 25."},
+        {"role": "assistant", "content": null, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call["id"], "content": "42"},
+    ]);
+    let prompt = rendered(&server, json!({"messages": messages, "tools": tools()})).await;
+    let name = call["function"]["name"].as_str().expect("name");
+    assert!(
+        prompt.contains(&format!("assistant\n<tool_call>\n{{\"name\": \"{name}\", \"arguments\": {{")),
+        "{prompt}"
+    );
+    assert!(prompt.contains("user\n<tool_response>\n42\n</tool_response>\nassistant\n"), "{prompt}");
+    let answer =
+        post_json(&server, json!({"messages": messages, "tools": tools(), "max_tokens": 30, "temperature": 0})).await;
+    assert_eq!(answer["choices"][0]["message"]["role"], "assistant", "{answer}");
+}

@@ -5,7 +5,7 @@ use std::time::Instant;
 use axum::extract::State;
 use axum::response::sse::Event;
 use axum::response::Response;
-use rillm_backend::{ChatMessage, Completion, FinishReason, Prompt, TokenLogprob, Usage};
+use rillm_backend::{Completion, FinishReason, Prompt, TokenLogprob, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -78,15 +78,13 @@ struct ContentPart {
 
 const ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool"];
 
-/// Chat messages as the engine takes them (no tools offered); each refusal names the
-/// message and field.
-pub(crate) fn messages(input: Vec<MessageInput>) -> Result<Vec<ChatMessage>, ApiError> {
-    tools::render_messages(history(input)?, None)
-}
-
-/// The messages as the template renders them, tools offered when given.
-pub(crate) fn render(input: Vec<MessageInput>, tools: Option<&ToolRequest>) -> Result<Vec<ChatMessage>, ApiError> {
-    tools::render_messages(history(input)?, tools)
+/// The chat prompt, tools offered when given; each refusal names the message and field.
+pub(crate) fn render(
+    state: &AppState,
+    input: Vec<MessageInput>,
+    tools: Option<&ToolRequest>,
+) -> Result<Prompt, ApiError> {
+    tools::render_prompt(history(input)?, tools, state.template_writes_tools())
 }
 
 /// The messages as sent, tool calls and results included.
@@ -158,7 +156,7 @@ pub async fn chat_completions(
     if let (Some(c), Some(_)) = (&constraint, tools.as_ref().filter(|t| t.choice != ToolChoice::None)) {
         return Err(ApiError::invalid(c.param.clone(), "an output constraint and `tools` cannot both shape the reply"));
     }
-    let messages = render(body.messages, tools.as_ref())?;
+    let prompt = render(&state, body.messages, tools.as_ref())?;
     let (max_tokens, max_tokens_param) = match (body.max_completion_tokens, body.max_tokens) {
         (Some(n), _) => (Some(n), "max_completion_tokens"),
         (None, n) => (n, "max_tokens"),
@@ -180,7 +178,7 @@ pub async fn chat_completions(
         presence_penalty: body.presence_penalty,
         frequency_penalty: body.frequency_penalty,
     }
-    .into_request(Prompt::Chat(messages))?;
+    .into_request(prompt)?;
     request.logprobs = logprobs;
     let mut fields = constrain(&mut request, constraint, "messages");
     if let Some(tools) = &tools {

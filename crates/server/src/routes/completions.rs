@@ -46,7 +46,7 @@ impl PromptInput {
         let empty = match &prompt {
             Prompt::Text(text) => text.is_empty(),
             Prompt::Tokens(ids) => ids.is_empty(),
-            Prompt::Chat(messages) => messages.is_empty(),
+            Prompt::Chat { messages, .. } => messages.is_empty(),
         };
         if empty {
             return Err(ApiError::invalid("prompt", "`prompt` must not be empty"));
@@ -187,7 +187,7 @@ fn echo_text(state: &AppState, prompt: &Prompt) -> Result<String, ApiError> {
             let backend = state.backend().ok_or_else(|| ApiError::unavailable("the model is still loading"))?;
             backend.detokenize(ids).map_err(|rejected| ApiError::invalid("prompt", rejected.to_string()))
         }
-        Prompt::Chat(_) => Err(ApiError::invalid("echo", "`echo` repeats a completions prompt")),
+        Prompt::Chat { .. } => Err(ApiError::invalid("echo", "`echo` repeats a completions prompt")),
     }
 }
 

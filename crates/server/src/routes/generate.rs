@@ -71,11 +71,13 @@ pub async fn generate(
     };
     let tools = ToolRequest::from_fields(body.tools, body.tool_choice, body.parallel_tool_calls)?;
     let prompt = match body.messages {
-        Some(messages) => Prompt::Chat(crate::routes::chat::render(messages, tools.as_ref())?),
-        None if tools.is_some() => {
-            Prompt::Chat(tools::render_messages(vec![tools::HistoryMessage::user(body.prompt)], tools.as_ref())?)
-        }
-        None if body.chat => Prompt::Chat(vec![ChatMessage::new("user", body.prompt)]),
+        Some(messages) => crate::routes::chat::render(&state, messages, tools.as_ref())?,
+        None if tools.is_some() => tools::render_prompt(
+            vec![tools::HistoryMessage::user(body.prompt)],
+            tools.as_ref(),
+            state.template_writes_tools(),
+        )?,
+        None if body.chat => Prompt::chat(vec![ChatMessage::new("user", body.prompt)]),
         None => Prompt::Text(body.prompt),
     };
     let constraint = body.constraints.into_constraint()?;

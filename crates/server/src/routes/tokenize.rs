@@ -14,7 +14,7 @@ use serde_json::json;
 use crate::admission::off_runtime;
 use crate::error::ApiError;
 use crate::json::JsonBody;
-use crate::routes::chat::{messages, MessageInput};
+use crate::routes::chat::{render, MessageInput};
 use crate::state::AppState;
 
 /// vLLM's `TokenizeCompletionRequest` or `TokenizeChatRequest`.
@@ -23,6 +23,8 @@ pub struct TokenizeBody {
     model: Option<String>,
     prompt: Option<String>,
     messages: Option<Vec<MessageInput>>,
+    /// Chat prompts: the tools, listed as a chat request with `tool_choice: auto` lists them.
+    tools: Option<serde_json::Value>,
     /// Text prompts: add BOS as generation does (vLLM's default). Chat prompts always get
     /// exactly what generation would see.
     #[serde(default = "yes")]
@@ -47,7 +49,10 @@ pub async fn tokenize(
     let backend = state.backend().ok_or_else(|| ApiError::unavailable("the model is still loading"))?.clone();
     let (prompt, param) = match (body.prompt, body.messages) {
         (Some(text), None) => (Prompt::Text(text), "prompt"),
-        (None, Some(input)) => (Prompt::Chat(messages(input)?), "messages"),
+        (None, Some(input)) => {
+            let tools = crate::tools::ToolRequest::from_fields(body.tools, None, None)?;
+            (render(&state, input, tools.as_ref())?, "messages")
+        }
         (Some(_), Some(_)) => return Err(ApiError::invalid("messages", "give `prompt` or `messages`, not both")),
         (None, None) => return Err(ApiError::invalid("prompt", "`prompt` or `messages` is required")),
     };

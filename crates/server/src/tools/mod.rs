@@ -14,7 +14,7 @@ mod prompt;
 
 pub use grammar::constraint;
 pub use parse::{ToolCallParser, ToolEvent};
-pub use prompt::{render_messages, HistoryCall, HistoryMessage};
+pub use prompt::{render_prompt, HistoryCall, HistoryMessage};
 
 use serde_json::{json, Value};
 

@@ -1,9 +1,10 @@
-//! What the model reads: the tools, listed in a system block, and earlier calls and their
-//! results written in the same Hermes format the model is asked to answer in. This works
-//! with any chat template, including those that know nothing of tools (SmolLM2's); the
-//! block is Qwen2.5's own wording.
+//! What the model reads. A chat template that lists tools and writes calls in the Hermes
+//! format itself (Qwen2.5's, Hermes') gets the tools and the calls as they are; for any
+//! other template (SmolLM2's knows nothing of tools) rillm lists the tools in a system
+//! block, in Qwen2.5's own wording, and writes earlier calls and their results in the same
+//! Hermes format the model is asked to answer in.
 
-use rillm_backend::ChatMessage;
+use rillm_backend::{ChatMessage, ChatToolCall, Prompt};
 use serde_json::{json, Value};
 
 use super::grammar::{CALL_CLOSE, CALL_OPEN};
@@ -59,27 +60,76 @@ impl HistoryCall {
     }
 }
 
-/// The messages the chat template renders: tools listed in the system message (unless
-/// `tool_choice` is `none`), calls and results written out. A `tool` message must answer
-/// an earlier call.
-pub fn render_messages(
+/// The chat prompt: tools offered unless `tool_choice` is `none`, earlier calls and
+/// results included; `template_writes_tools` says the model's template writes them itself.
+/// A `tool` message must answer an earlier call.
+pub fn render_prompt(
     history: Vec<HistoryMessage>,
     tools: Option<&ToolRequest>,
-) -> Result<Vec<ChatMessage>, ApiError> {
+    template_writes_tools: bool,
+) -> Result<Prompt, ApiError> {
+    check_results(&history)?;
+    let offered = tools.filter(|t| t.choice != ToolChoice::None);
+    if template_writes_tools {
+        let messages = history.into_iter().map(template_message).collect();
+        let tools = offered.map(|t| t.tools.iter().map(openai_tool).collect()).unwrap_or_default();
+        return Ok(Prompt::Chat { messages, tools });
+    }
+    Ok(Prompt::chat(written_messages(history, offered)))
+}
+
+/// Every `tool` message answers a call made earlier in the conversation.
+fn check_results(history: &[HistoryMessage]) -> Result<(), ApiError> {
+    let mut call_ids: Vec<&str> = Vec::new();
+    for (i, message) in history.iter().enumerate() {
+        call_ids.extend(message.tool_calls.iter().map(|c| c.id.as_str()).filter(|id| !id.is_empty()));
+        if message.role != "tool" {
+            continue;
+        }
+        let id = message.tool_call_id.as_deref().filter(|id| !id.is_empty()).ok_or_else(|| {
+            ApiError::invalid(format!("messages[{i}].tool_call_id"), "a `tool` message needs `tool_call_id`")
+        })?;
+        if !call_ids.contains(&id) {
+            return Err(ApiError::invalid(
+                format!("messages[{i}].tool_call_id"),
+                format!("`{id}` answers no earlier tool call"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A message for a template that writes calls itself: arguments as the object they encode.
+fn template_message(message: HistoryMessage) -> ChatMessage {
+    let tool_calls = message
+        .tool_calls
+        .into_iter()
+        .map(|call| ChatToolCall {
+            arguments: serde_json::from_str(&call.arguments).unwrap_or(Value::String(call.arguments)),
+            id: call.id,
+            name: call.name,
+        })
+        .collect();
+    ChatMessage { role: message.role, content: message.content, tool_calls, tool_call_id: message.tool_call_id }
+}
+
+/// A tool as OpenAI clients send it and as templates list it.
+fn openai_tool(tool: &super::Tool) -> Value {
+    let mut function = json!({"name": tool.name});
+    if let Some(description) = &tool.description {
+        function["description"] = Value::from(description.as_str());
+    }
+    function["parameters"] = tool.parameters.clone();
+    json!({"type": "function", "function": function})
+}
+
+/// The messages for a template that knows nothing of tools: the tools listed in the system
+/// message, calls and results written out as text.
+fn written_messages(history: Vec<HistoryMessage>, tools: Option<&ToolRequest>) -> Vec<ChatMessage> {
     let mut out: Vec<ChatMessage> = Vec::with_capacity(history.len() + 1);
-    let mut call_ids: Vec<String> = Vec::new();
     let mut results_open = false;
-    for (i, message) in history.into_iter().enumerate() {
+    for message in history {
         if message.role == "tool" {
-            let id = message.tool_call_id.as_deref().filter(|id| !id.is_empty()).ok_or_else(|| {
-                ApiError::invalid(format!("messages[{i}].tool_call_id"), "a `tool` message needs `tool_call_id`")
-            })?;
-            if !call_ids.iter().any(|c| c == id) {
-                return Err(ApiError::invalid(
-                    format!("messages[{i}].tool_call_id"),
-                    format!("`{id}` answers no earlier tool call"),
-                ));
-            }
             // Results of one round go back together, in one user turn, as Qwen2.5 renders them.
             let block = format!("<tool_response>\n{}\n</tool_response>", message.content);
             match out.last_mut().filter(|_| results_open) {
@@ -95,9 +145,6 @@ pub fn render_messages(
         results_open = false;
         let mut content = message.content;
         for call in &message.tool_calls {
-            if !call.id.is_empty() {
-                call_ids.push(call.id.clone());
-            }
             if !content.is_empty() {
                 content.push('\n');
             }
@@ -105,7 +152,7 @@ pub fn render_messages(
         }
         out.push(ChatMessage::new(message.role, content));
     }
-    if let Some(tools) = tools.filter(|t| t.choice != ToolChoice::None) {
+    if let Some(tools) = tools {
         let block = tools_block(tools);
         match out.first_mut().filter(|m| m.role == "system" || m.role == "developer") {
             Some(system) => {
@@ -115,7 +162,7 @@ pub fn render_messages(
             None => out.insert(0, ChatMessage::new("system", block)),
         }
     }
-    Ok(out)
+    out
 }
 
 /// A call as the model writes one (and as the grammar makes it write one).
@@ -132,12 +179,8 @@ fn tools_block(tools: &ToolRequest) -> String {
          You are provided with function signatures within <tools></tools> XML tags:\n<tools>",
     );
     for tool in &tools.tools {
-        let mut function = json!({"name": tool.name, "parameters": tool.parameters});
-        if let Some(description) = &tool.description {
-            function["description"] = Value::from(description.as_str());
-        }
         block.push('\n');
-        block.push_str(&json!({"type": "function", "function": function}).to_string());
+        block.push_str(&openai_tool(tool).to_string());
     }
     block.push_str(
         "\n</tools>\n\nFor each function call, return a json object with function name and arguments within \
@@ -173,7 +216,7 @@ mod tests {
         let mut result = msg("tool", "{\"temp\": 3}");
         result.tool_call_id = Some("c1".into());
         let history = vec![msg("user", "Weather in Oslo?"), call, result, msg("user", "Thanks")];
-        let out = render_messages(history, Some(&tools(ToolChoice::Auto))).expect("renders");
+        let out = written(render_prompt(history, Some(&tools(ToolChoice::Auto)), false));
         assert_eq!(out[0].role, "system", "a system block is added");
         assert!(
             out[0].content.contains("<tools>\n{\"type\":\"function\",\"function\":{")
@@ -190,17 +233,59 @@ mod tests {
         assert_eq!(out[4].content, "Thanks");
         // `none`: the history still renders, no tools are offered.
         let plain =
-            render_messages(vec![msg("system", "Be brief."), msg("user", "Hi")], Some(&tools(ToolChoice::None)));
-        assert_eq!(plain.expect("renders")[0].content, "Be brief.");
+            render_prompt(vec![msg("system", "Be brief."), msg("user", "Hi")], Some(&tools(ToolChoice::None)), false);
+        assert_eq!(written(plain)[0].content, "Be brief.");
     }
 
     #[test]
     fn a_result_must_answer_an_earlier_call() {
         let mut orphan = msg("tool", "42");
         orphan.tool_call_id = Some("nope".into());
-        let error = render_messages(vec![msg("user", "x"), orphan], None).expect_err("refused");
-        assert_eq!(error.param.as_deref(), Some("messages[1].tool_call_id"));
-        let error = render_messages(vec![msg("tool", "42")], None).expect_err("refused");
-        assert_eq!(error.param.as_deref(), Some("messages[0].tool_call_id"));
+        for template_writes_tools in [false, true] {
+            let error = render_prompt(vec![msg("user", "x"), orphan.clone()], None, template_writes_tools)
+                .expect_err("refused");
+            assert_eq!(error.param.as_deref(), Some("messages[1].tool_call_id"));
+            let error = render_prompt(vec![msg("tool", "42")], None, template_writes_tools).expect_err("refused");
+            assert_eq!(error.param.as_deref(), Some("messages[0].tool_call_id"));
+        }
+    }
+
+    #[test]
+    fn a_template_that_writes_tools_gets_them_and_the_calls_as_they_are() {
+        let mut call = msg("assistant", "");
+        call.tool_calls.push(HistoryCall {
+            id: "c1".into(),
+            name: "get_weather".into(),
+            arguments: "{\"city\":\"Oslo\"}".into(),
+        });
+        let mut result = msg("tool", "{\"temp\": 3}");
+        result.tool_call_id = Some("c1".into());
+        let history = vec![msg("user", "Weather in Oslo?"), call, result];
+        let prompt = render_prompt(history.clone(), Some(&tools(ToolChoice::Auto)), true).expect("renders");
+        let Prompt::Chat { messages, tools: listed } = prompt else { panic!("a chat prompt") };
+        assert_eq!(messages.len(), 3, "no system block is added");
+        assert_eq!(
+            listed,
+            [json!({"type": "function", "function": {"name": "get_weather", "description": "Weather now",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}})]
+        );
+        assert_eq!(
+            messages[1].tool_calls,
+            [ChatToolCall { id: "c1".into(), name: "get_weather".into(), arguments: json!({"city": "Oslo"}) }]
+        );
+        assert_eq!((messages[2].role.as_str(), messages[2].tool_call_id.as_deref()), ("tool", Some("c1")));
+        // `none`: the calls still render, no tools are offered.
+        let Ok(Prompt::Chat { tools: listed, .. }) = render_prompt(history, Some(&tools(ToolChoice::None)), true)
+        else {
+            panic!("a chat prompt")
+        };
+        assert!(listed.is_empty());
+    }
+
+    fn written(prompt: Result<Prompt, ApiError>) -> Vec<ChatMessage> {
+        match prompt.expect("renders") {
+            Prompt::Chat { messages, tools } if tools.is_empty() => messages,
+            other => panic!("messages with the tools written in: {other:?}"),
+        }
     }
 }

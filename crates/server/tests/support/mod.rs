@@ -31,12 +31,21 @@ pub struct Options {
     pub max_waiting: usize,
     pub ctx: u32,
     pub max_queue_ms: Option<u64>,
+    /// A chat template instead of the model's own.
+    pub chat_template: Option<String>,
     pub server: ServerConfig,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { max_running: 8, max_waiting: 16, ctx: 512, max_queue_ms: None, server: ServerConfig::default() }
+        Self {
+            max_running: 8,
+            max_waiting: 16,
+            ctx: 512,
+            max_queue_ms: None,
+            chat_template: None,
+            server: ServerConfig::default(),
+        }
     }
 }
 
@@ -88,6 +97,7 @@ impl TestServer {
         config.max_waiting = opts.max_waiting;
         config.ctx_per_sequence = opts.ctx;
         config.max_queue_ms = opts.max_queue_ms;
+        config.chat_template = opts.chat_template.clone();
         config
     }
 
