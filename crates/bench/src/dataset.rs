@@ -1,10 +1,13 @@
 //! Prompts from files, read offline: ShareGPT-style JSON or JSONL.
 
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::protocol::{PromptSpec, RequestSpec};
+use crate::tools::ToolSet;
 use crate::workload::{Session, Turn};
 
 #[derive(Debug, thiserror::Error)]
@@ -15,23 +18,28 @@ pub enum DatasetError {
     Format { path: String, message: String },
 }
 
-/// Loads requests. `.jsonl`: one `{"prompt"|"messages", "max_tokens"?}` per line.
-/// Otherwise a JSON array of ShareGPT records (`conversations` with `from`/`value`): the
+/// Loads requests. `.jsonl`: one `{"prompt"|"messages", "max_tokens"?}` per line; a line
+/// may be a recorded OpenAI chat request, with its own `tools` and `tool_choice` (and
+/// `max_completion_tokens`): it is replayed as recorded and its calls checked against its
+/// tools. Otherwise a JSON array of ShareGPT records (`conversations` with `from`/`value`): the
 /// first human turn is the prompt.
 pub fn load(path: &Path, default_max_tokens: u32) -> Result<Vec<RequestSpec>, DatasetError> {
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|source| DatasetError::Io { path: name.clone(), source })?;
     let format_err = |message: String| DatasetError::Format { path: name.clone(), message };
     let specs = if path.extension().is_some_and(|e| e == "jsonl") {
+        let mut tool_sets = ToolSets::default();
         text.lines()
             .enumerate()
             .filter(|(_, l)| !l.trim().is_empty())
             .map(|(i, line)| {
                 let v: Value = serde_json::from_str(line).map_err(|e| format_err(format!("line {}: {e}", i + 1)))?;
-                jsonl_record(&v, default_max_tokens)
-                    .ok_or_else(|| format_err(format!("line {}: needs \"prompt\" or \"messages\"", i + 1)))
+                let mut spec = jsonl_record(&v, default_max_tokens)
+                    .ok_or_else(|| format_err(format!("line {}: needs \"prompt\" or \"messages\"", i + 1)))?;
+                spec.tools = tool_sets.of(&v).map_err(|e| format_err(format!("line {}: {e}", i + 1)))?;
+                Ok(spec)
             })
-            .collect::<Result<Vec<_>, _>>()?
+            .collect::<Result<Vec<_>, DatasetError>>()?
     } else {
         let v: Value = serde_json::from_str(&text).map_err(|e| format_err(e.to_string()))?;
         let records = v.as_array().ok_or_else(|| format_err("expected a JSON array of conversations".into()))?;
@@ -49,8 +57,30 @@ fn jsonl_record(v: &Value, default_max_tokens: u32) -> Option<RequestSpec> {
         (None, Some(m)) => PromptSpec::Messages(m.clone()),
         _ => return None,
     };
-    let max_tokens = v["max_tokens"].as_u64().map_or(default_max_tokens, |n| n as u32);
-    Some(RequestSpec::new(prompt, max_tokens))
+    let max_tokens = v["max_tokens"].as_u64().or(v["max_completion_tokens"].as_u64());
+    Some(RequestSpec::new(prompt, max_tokens.map_or(default_max_tokens, |n| n as u32)))
+}
+
+/// Recorded requests' tool lists, built once each: an agent's requests repeat one list.
+#[derive(Default)]
+struct ToolSets(HashMap<String, Arc<ToolSet>>);
+
+impl ToolSets {
+    fn of(&mut self, record: &Value) -> Result<Option<Arc<ToolSet>>, String> {
+        let Some(tools) = record.get("tools").filter(|t| !t.is_null()) else {
+            return Ok(None);
+        };
+        let tools = tools.as_array().ok_or("\"tools\" must be an array")?;
+        let choice = record.get("tool_choice").filter(|c| !c.is_null()).cloned().unwrap_or_else(|| json!("auto"));
+        let key = json!([tools, choice]).to_string();
+        if let Some(set) = self.0.get(&key) {
+            return Ok(Some(set.clone()));
+        }
+        // A replayed request is one round: the recording holds the rounds after it.
+        let set = Arc::new(ToolSet::new(tools.clone(), choice, 0, 1)?);
+        self.0.insert(key, set.clone());
+        Ok(Some(set))
+    }
 }
 
 fn sharegpt_record(v: &Value, max_tokens: u32) -> Option<RequestSpec> {
@@ -182,6 +212,35 @@ mod tests {
         assert_eq!(specs[1].max_tokens, 9);
         let bad = write("bad.jsonl", "{\"x\":1}\n");
         assert!(load(&bad, 9).unwrap_err().to_string().contains("line 1"));
+    }
+
+    #[test]
+    fn recorded_chat_requests_keep_their_own_tools_built_once_per_list() {
+        let tool = r#"{"type":"function","function":{"name":"add","parameters":{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]}}}"#;
+        let calls = r#"[{"role":"user","content":"1+1"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"add","arguments":"{\"a\":1}"}}]},{"role":"tool","tool_call_id":"c","content":"2"}]"#;
+        let p = write(
+            "agent.jsonl",
+            &format!(
+                "{{\"messages\":[{{\"role\":\"user\",\"content\":\"1+1\"}}],\"tools\":[{tool}],\"tool_choice\":\"required\",\"max_completion_tokens\":40}}\n\
+                 {{\"messages\":{calls},\"tools\":[{tool}],\"tool_choice\":\"required\"}}\n{{\"prompt\":\"plain\"}}\n"
+            ),
+        );
+        let specs = load(&p, 9).unwrap();
+        let (first, second) = (specs[0].tools.as_ref().expect("tools"), specs[1].tools.as_ref().expect("tools"));
+        assert!(Arc::ptr_eq(first, second), "one list, built once");
+        assert_eq!((first.tool_choice.as_str(), specs[0].max_tokens, specs[1].max_tokens), (Some("required"), 40, 9));
+        assert!(specs[2].tools.is_none());
+        let PromptSpec::Messages(history) = &specs[1].prompt else { panic!("messages") };
+        assert_eq!(history[2]["tool_call_id"], "c", "the recorded history is sent as it is");
+        // Calls are checked against the record's tools.
+        let mut good =
+            vec![crate::tools::ToolCall { id: "x".into(), name: "add".into(), arguments: r#"{"a":2}"#.into() }];
+        assert_eq!(first.check(&mut good, false).valid, 1);
+        let mut bad =
+            vec![crate::tools::ToolCall { id: "y".into(), name: "add".into(), arguments: r#"{"a":"two"}"#.into() }];
+        assert_eq!(first.check(&mut bad, false).valid, 0);
+        let broken = write("agent-bad.jsonl", "{\"messages\":[],\"tools\":[{\"type\":\"function\"}]}\n");
+        assert!(load(&broken, 9).unwrap_err().to_string().contains("line 1: tool 0 has no function.name"));
     }
 
     #[test]

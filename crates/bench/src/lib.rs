@@ -151,6 +151,7 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     if let Some(format) = args.response_format {
         built = workload::constrain(built, &args, format, protocol).map_err(BenchError::Args)?;
     }
+    built = workload::recorded_tools(built, protocol, args.tools.is_some()).map_err(BenchError::Args)?;
     let tools = match &args.tools {
         Some(path) => {
             if protocol != protocol::Protocol::Chat {

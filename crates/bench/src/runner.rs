@@ -93,7 +93,7 @@ impl LevelPlan {
         {
             record.output_check = Some(constraint.check(&record.text));
         }
-        if let Some(tools) = self.body.tools.as_ref().filter(|_| record.status == crate::client::Status::Completed) {
+        if let Some(tools) = spec.tools(&self.body).filter(|_| record.status == crate::client::Status::Completed) {
             let cut = record.finish_reason.as_deref() == Some("length");
             record.call_check = Some(tools.check(&mut record.tool_calls, cut));
         }

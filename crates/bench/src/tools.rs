@@ -97,23 +97,28 @@ impl ToolSet {
         let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
         let tools: Vec<Value> =
             serde_json::from_str(&text).map_err(|e| bad(format!("not a JSON array of tools: {e}")))?;
+        let names: Vec<&str> = tools.iter().filter_map(|t| t["function"]["name"].as_str()).collect();
+        let tool_choice = match choice {
+            "auto" | "required" | "none" => json!(choice),
+            name if names.contains(&name) => json!({"type": "function", "function": {"name": name}}),
+            other => return Err(bad(format!("--tool-choice `{other}` is not auto, required, none or a tool's name"))),
+        };
+        Self::new(tools, tool_choice, result_tokens, max_rounds).map(Arc::new).map_err(bad)
+    }
+
+    /// A recorded request's own tools and `tool_choice` (as the request sent them).
+    pub fn new(tools: Vec<Value>, tool_choice: Value, result_tokens: usize, max_rounds: u32) -> Result<Self, String> {
         let mut validators = HashMap::new();
         for (i, tool) in tools.iter().enumerate() {
-            let name =
-                tool["function"]["name"].as_str().ok_or_else(|| bad(format!("tool {i} has no function.name")))?;
+            let name = tool["function"]["name"].as_str().ok_or_else(|| format!("tool {i} has no function.name"))?;
             let schema = tool["function"].get("parameters").cloned().unwrap_or_else(|| json!({"type": "object"}));
             let validator = jsonschema::options()
                 .should_validate_formats(true)
                 .build(&schema)
-                .map_err(|e| bad(format!("tool `{name}`: {e}")))?;
+                .map_err(|e| format!("tool `{name}`: {e}"))?;
             validators.insert(name.to_string(), validator);
         }
-        let tool_choice = match choice {
-            "auto" | "required" | "none" => json!(choice),
-            name if validators.contains_key(name) => json!({"type": "function", "function": {"name": name}}),
-            other => return Err(bad(format!("--tool-choice `{other}` is not auto, required, none or a tool's name"))),
-        };
-        Ok(Arc::new(Self { tools, tool_choice, result_tokens, max_rounds: max_rounds.max(1), validators }))
+        Ok(Self { tools, tool_choice, result_tokens, max_rounds: max_rounds.max(1), validators })
     }
 
     /// The body fields that offer the tools.

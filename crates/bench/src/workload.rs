@@ -133,6 +133,26 @@ pub fn with_tools(mut built: Built, path: &std::path::Path, tools: &crate::tools
     built
 }
 
+/// A dataset of recorded chat requests with their own tools: replayed as recorded, on the
+/// chat protocol, with no `--tools` to replace theirs.
+pub fn recorded_tools(mut built: Built, protocol: Protocol, tools_arg: bool) -> Result<Built, String> {
+    let Workload::Requests(specs) = &built.workload else { return Ok(built) };
+    let with_tools = specs.iter().filter(|s| s.tools.is_some()).count();
+    if with_tools == 0 {
+        return Ok(built);
+    }
+    if protocol != Protocol::Chat {
+        return Err(
+            "the dataset's requests carry tools: replay them on the chat protocol (/v1/chat/completions)".into()
+        );
+    }
+    if tools_arg {
+        return Err("the dataset's requests carry their own tools; --tools would replace them".into());
+    }
+    built.description["tools"] = json!({"source": "dataset", "requests_with_tools": with_tools, "max_rounds": 1});
+    Ok(built)
+}
+
 /// A constraint workload: every request asks for structured output (`--response-format`),
 /// the constraints taken round-robin. A run that brings no prompts of its own (no dataset,
 /// trace or synthetic prompts) asks each constraint's own question (a schema's description).

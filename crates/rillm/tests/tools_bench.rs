@@ -60,4 +60,31 @@ fn the_bench_plays_the_tools_and_checks_every_call() {
     assert!(html.contains("valid tool calls"), "the report shows the calls' check");
     let _ = std::fs::remove_file(prompts);
     let _ = std::fs::remove_file(report);
+
+    // Recorded agent traffic: OpenAI chat requests with their own tools, replayed as they are.
+    let recorded = dir.join(format!("rillm-recorded-{}.jsonl", std::process::id()));
+    let tool = r#"{"type": "function", "function": {"name": "add", "parameters": {"type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}"#
+        .replace('\n', " ");
+    let history = r#"[{"role": "user", "content": "Add 2 and 3."}, {"role": "assistant", "content": null,
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{\"a\": 2, \"b\": 3}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "5"}]"#
+        .replace('\n', " ");
+    std::fs::write(
+        &recorded,
+        format!(
+            "{{\"messages\": [{{\"role\": \"user\", \"content\": \"Add 2 and 3.\"}}], \"tools\": [{tool}], \"tool_choice\": \"required\", \"max_tokens\": 60}}\n\
+             {{\"messages\": {history}, \"tools\": [{tool}], \"max_tokens\": 40}}\n"
+        ),
+    )
+    .unwrap();
+    let args = ["--url", &url, "--dataset", recorded.to_str().unwrap(), "--requests", "4", "--concurrency", "2"];
+    let result = bench_result(&[&args[..], &["--temperature", "0", "--timeout", "300"]].concat(), "recorded");
+    assert_eq!(result["run_context"]["workload"]["tools"]["source"], "dataset", "{}", result["run_context"]);
+    let summary = &result["tool_calls"];
+    let n = |k: &str| summary[k].as_u64().unwrap_or_else(|| panic!("{k} in {summary}"));
+    assert_eq!(n("replies"), 4, "{summary}");
+    assert!(n("calls") >= 2, "the `required` records call: {summary}");
+    assert_eq!(n("valid"), n("calls"), "checked against the records' own tool: {summary}");
+    let _ = std::fs::remove_file(recorded);
 }

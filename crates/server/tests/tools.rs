@@ -258,10 +258,7 @@ async fn a_template_that_writes_tools_is_given_them_and_its_calls_still_fit_the_
     ]);
     let prompt = rendered(&server, json!({"messages": messages, "tools": tools()})).await;
     let name = call["function"]["name"].as_str().expect("name");
-    assert!(
-        prompt.contains(&format!("assistant\n<tool_call>\n{{\"name\": \"{name}\", \"arguments\": {{")),
-        "{prompt}"
-    );
+    assert!(prompt.contains(&format!("assistant\n<tool_call>\n{{\"name\": \"{name}\", \"arguments\": {{")), "{prompt}");
     assert!(prompt.contains("user\n<tool_response>\n42\n</tool_response>\nassistant\n"), "{prompt}");
     let answer =
         post_json(&server, json!({"messages": messages, "tools": tools(), "max_tokens": 30, "temperature": 0})).await;

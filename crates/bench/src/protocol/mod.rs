@@ -65,11 +65,18 @@ pub struct RequestSpec {
     pub prompt_tokens: Option<u32>,
     /// Constraint workloads: what the output must be, asked for in the body and checked.
     pub constraint: Option<std::sync::Arc<OutputConstraint>>,
+    /// A replayed chat request's own tools (instead of `--tools`): offered, and its calls checked.
+    pub tools: Option<std::sync::Arc<crate::tools::ToolSet>>,
 }
 
 impl RequestSpec {
     pub fn new(prompt: PromptSpec, max_tokens: u32) -> Self {
-        Self { prompt, max_tokens, prompt_tokens: None, constraint: None }
+        Self { prompt, max_tokens, prompt_tokens: None, constraint: None, tools: None }
+    }
+
+    /// The tools this request offers: its own, else the run's.
+    pub fn tools<'a>(&'a self, opts: &'a BodyOptions) -> Option<&'a std::sync::Arc<crate::tools::ToolSet>> {
+        self.tools.as_ref().or(opts.tools.as_ref())
     }
 }
 
@@ -161,7 +168,7 @@ pub fn request_body(protocol: Protocol, spec: &RequestSpec, opts: &BodyOptions) 
     if let Some(fields) = spec.constraint.as_ref().and_then(|c| constraint_fields(c, protocol).ok()) {
         merge(&mut body, &fields);
     }
-    if let (Some(tools), Protocol::Chat) = (&opts.tools, protocol) {
+    if let (Some(tools), Protocol::Chat) = (spec.tools(opts), protocol) {
         merge(&mut body, &tools.body_fields());
     }
     if let Some(extra) = &opts.extra {
