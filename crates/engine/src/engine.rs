@@ -11,7 +11,7 @@ use crate::error::EngineError;
 use crate::llama::{grammar_tok_env, load_model, LlamaExecutor};
 use crate::queue::{PushError, WaitQueue};
 use crate::runtime::Tokenizer;
-use crate::scheduler::Scheduler;
+use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::sequence::PendingRequest;
 use crate::stats::EngineStats;
 use crate::supervise::run_supervised;
@@ -77,12 +77,14 @@ impl Engine {
                         tokenizer,
                         Arc::clone(&queue),
                         Arc::clone(&stats),
-                        config.max_running,
-                        config.prefix_caching,
-                        config.host_cache_bytes,
-                    )
-                    .with_step_budget(config.prefill_chunk)
-                    .forecasting_cached_prefixes(config.max_queue_ms.is_some());
+                        SchedulerConfig {
+                            max_running: config.max_running,
+                            step_budget: config.prefill_chunk,
+                            prefix_caching: config.prefix_caching,
+                            host_cache_bytes: config.host_cache_bytes,
+                            forecast_prefixes: config.max_queue_ms.is_some(),
+                        },
+                    );
                     run_supervised(|| scheduler.run(), &queue, &stats);
                 })
                 .map_err(|e| EngineError::Thread(e.to_string()))?

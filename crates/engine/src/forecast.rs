@@ -75,6 +75,77 @@ impl StepCosts {
     }
 }
 
+/// A slot's load, for the forecast: what it still has to prefill and generate.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct SlotLoad {
+    pub prompt_left: usize,
+    pub generated: u32,
+    pub max_tokens: u32,
+}
+
+/// What the forecast is computed from, kept on the engine thread: measured step costs and
+/// the completion-length estimate. The scheduler reports steps and finished requests to it
+/// and publishes the slots' loads through it.
+#[derive(Debug, Clone)]
+pub(crate) struct Forecaster {
+    costs: StepCosts,
+    /// Completion tokens of recent finished requests, smoothed.
+    expected_completion: f64,
+    step_tokens: usize,
+}
+
+impl Forecaster {
+    pub fn new(step_tokens: usize) -> Self {
+        Self { costs: StepCosts::default(), expected_completion: 128.0, step_tokens }
+    }
+
+    /// A step that took `took_ms` for `decode_tokens` and `prefill_tokens`.
+    pub fn observe_step(&mut self, took_ms: f64, decode_tokens: usize, prefill_tokens: usize) {
+        self.costs.observe(took_ms, decode_tokens, prefill_tokens);
+    }
+
+    /// A request that ended on its own (not cancelled or failed) after `tokens`.
+    pub fn observe_completion(&mut self, tokens: u32) {
+        self.expected_completion += 0.1 * (f64::from(tokens) - self.expected_completion);
+    }
+
+    /// When each slot should come free: its prompt left to prefill, then as many tokens as
+    /// recent requests produced (never past its `max_tokens`). `held_blocks`, when given,
+    /// replaces the published set of cached prefix blocks.
+    pub fn publish(
+        &self,
+        forecast: &Forecast,
+        slots: impl Iterator<Item = Option<SlotLoad>>,
+        held_blocks: Option<Arc<HashSet<u64>>>,
+    ) {
+        let (costs, expected_completion) = (self.costs, self.expected_completion);
+        forecast.publish(|outlook| {
+            if let Some(blocks) = held_blocks {
+                outlook.cached_blocks = blocks;
+            }
+            outlook.at = Instant::now();
+            outlook.prefill_left = 0;
+            outlook.slot_free_ms.clear();
+            for load in slots {
+                let Some(load) = load else {
+                    outlook.slot_free_ms.push(0.0);
+                    continue;
+                };
+                outlook.prefill_left += load.prompt_left;
+                let cap = f64::from(load.max_tokens.saturating_sub(load.generated));
+                let expected = (expected_completion - f64::from(load.generated)).max(1.0);
+                let free_ms =
+                    load.prompt_left as f64 * costs.prefill_token_ms + cap.min(expected) * costs.decode_step_ms;
+                outlook.slot_free_ms.push(free_ms);
+            }
+            outlook.slot_free_ms.sort_by(f64::total_cmp);
+            outlook.costs = costs;
+            outlook.expected_completion = expected_completion;
+            outlook.step_tokens = self.step_tokens;
+        });
+    }
+}
+
 impl Outlook {
     pub fn new(slots: usize) -> Self {
         Self {
@@ -215,5 +286,21 @@ mod tests {
         assert!((c.prefill_token_ms - 3.0).abs() < 0.1, "{c:?}");
         c.observe(1000.0, 8, 4);
         assert!((c.prefill_token_ms - 3.0).abs() < 0.1, "a few prompt tokens say little about prefill");
+    }
+
+    #[test]
+    fn a_slot_frees_after_its_prompt_and_the_expected_completion_capped_by_its_max_tokens() {
+        let mut forecaster = Forecaster::new(256);
+        forecaster.observe_completion(28); // 128 -> 118
+        let forecast = Forecast::new(3);
+        let load = |prompt_left, generated, max_tokens| Some(SlotLoad { prompt_left, generated, max_tokens });
+        forecaster.publish(&forecast, [load(100, 0, 500), None, load(0, 10, 20)].into_iter(), None);
+        let outlook = forecast.read();
+        let costs = StepCosts::default();
+        // Idle first; then 10 tokens left of max_tokens; then 100 prompt tokens and 118 expected.
+        let expected =
+            [0.0, 10.0 * costs.decode_step_ms, 100.0 * costs.prefill_token_ms + 118.0 * costs.decode_step_ms];
+        assert_eq!(outlook.slot_free_ms, expected);
+        assert_eq!((outlook.prefill_left, outlook.step_tokens, outlook.expected_completion), (100, 256, 118.0));
     }
 }

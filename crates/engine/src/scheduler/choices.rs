@@ -8,7 +8,8 @@
 //! their first token from the same logits row, each with its own sampler. The prompt is
 //! computed once, not `n` times.
 
-use super::{token_logprob, Scheduler};
+use super::decode::token_logprob;
+use super::Scheduler;
 use crate::runtime::Executor;
 use crate::sequence::{PendingRequest, Sequence};
 
@@ -19,11 +20,9 @@ impl<E: Executor> Scheduler<E> {
         let mut forks = Vec::with_capacity(choices.len());
         for choice in choices {
             // `admit` popped the request only with a slot free for each choice.
-            let Some(slot) = self.free_slot() else { break };
+            let Some(slot) = self.kv.free_slot(&self.slots) else { break };
             // The slot's cached prefix is about to be overwritten by the fork's copy.
-            self.preserve(slot, 0);
-            self.executor.truncate_sequence(slot, 0);
-            self.prefix_cache.clear(slot);
+            self.kv.clear_for_copy(&mut self.executor, &self.stats, slot);
             self.executor.start_sequence(slot, &choice.sampling, choice.ignore_eos);
             let mut seq = Sequence::new(choice, 0);
             seq.awaits_fork = true;
@@ -37,8 +36,8 @@ impl<E: Executor> Scheduler<E> {
     /// Hands the prompts completed in this step to the choices waiting for them: each gets
     /// a copy of the KV and an output row to sample (the same as the first choice's).
     pub(super) fn fork_choices(&mut self) {
-        for i in 0..self.outputs.len() {
-            let (slot, batch_index) = self.outputs[i];
+        for i in 0..self.batch.outputs.len() {
+            let (slot, batch_index) = self.batch.outputs[i];
             let Some(first) = self.slots[slot].as_mut() else { continue };
             // Scoring only (`max_tokens` 0): the choices end with it, nothing to copy.
             if first.forks.is_empty() || first.request.max_tokens == 0 {
@@ -50,15 +49,15 @@ impl<E: Executor> Scheduler<E> {
                 let Some(choice) = self.slots[fork].as_mut() else { continue };
                 choice.take_fork(cached, cached_prompt);
                 self.executor.copy_sequence(slot, fork);
-                self.mark_copy(slot, fork);
-                self.outputs.push((fork, batch_index));
+                self.kv.mark_copy(slot, fork);
+                self.batch.outputs.push((fork, batch_index));
             }
         }
     }
 
     /// Scores the prompt tokens after each scored row of this step's batch.
     pub(super) fn score_prompts(&mut self) {
-        for &(slot, batch_index, pos) in &self.prompt_rows {
+        for &(slot, batch_index, pos) in &self.batch.prompt_rows {
             let Some(seq) = self.slots[slot].as_mut() else { continue };
             let Some(&next) = seq.request.prompt.get(pos + 1) else { continue };
             let top = seq.request.prompt_logprobs.unwrap_or(0) as usize;

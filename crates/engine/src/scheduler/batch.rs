@@ -1,0 +1,143 @@
+//! The batch one step computes: a decode row for every generating sequence (its last
+//! token, and any tokens its constraint forced), then prompt tokens of sequences still
+//! prefilling, up to the step's token budget. Which prompts get budget is
+//! `prefill_plan`'s choice (oldest first, a short prompt may go ahead); where the runtime
+//! computes a wider prefill faster, a completing prefill is widened.
+
+use std::collections::VecDeque;
+
+use crate::prefill_plan::PrefillPlanner;
+use crate::runtime::{BatchToken, Executor};
+use crate::sequence::Sequence;
+use crate::stats::EngineStats;
+
+pub(super) struct StepBatch {
+    pub tokens: Vec<BatchToken>,
+    /// (slot, batch index) of every batch entry whose logits get sampled.
+    pub outputs: Vec<(usize, usize)>,
+    /// (slot, batch index, position) of prompt tokens whose logits score the next prompt
+    /// token, for requests that score their prompt.
+    pub prompt_rows: Vec<(usize, usize, usize)>,
+    /// Prompt tokens each slot prefills this step.
+    prefill_take: Vec<usize>,
+    /// (slot, prompt tokens left) of the prefilling slots in admission order, this step.
+    prompts_left: Vec<(usize, usize)>,
+    planner: PrefillPlanner,
+    /// Tokens a step computes, widened prefills aside: bounds how long it stalls streams.
+    step_budget: usize,
+    /// Tokens one decode call accepts.
+    batch_limit: usize,
+}
+
+impl StepBatch {
+    pub fn new(slots: usize, batch_limit: usize, step_budget: usize) -> Self {
+        Self {
+            tokens: Vec::with_capacity(batch_limit),
+            outputs: Vec::with_capacity(slots),
+            prompt_rows: Vec::new(),
+            prefill_take: vec![0; slots],
+            prompts_left: Vec::with_capacity(slots),
+            planner: PrefillPlanner::default(),
+            step_budget: step_budget.clamp(1, batch_limit),
+            batch_limit,
+        }
+    }
+
+    pub fn step_budget(&self) -> usize {
+        self.step_budget
+    }
+
+    /// Prompt tokens in the batch.
+    pub fn prefilled(&self) -> usize {
+        self.prefill_take.iter().sum()
+    }
+
+    /// Fills the batch for this step.
+    ///
+    /// Which prompts get prefill budget is decided oldest first, but the batch itself is
+    /// laid out in slot order: with one KV stream per sequence, llama.cpp splits a batch
+    /// into one ubatch (one pass over the weights) per run of consecutive sequence ids in
+    /// batch order, so admission order would cost a pass per out-of-order run.
+    pub fn plan<E: Executor>(
+        &mut self,
+        slots: &mut [Option<Sequence>],
+        admission_order: &VecDeque<usize>,
+        executor: &mut E,
+        stats: &EngineStats,
+    ) {
+        self.tokens.clear();
+        self.outputs.clear();
+        self.prompt_rows.clear();
+        // A generating sequence feeds its last token, and any tokens its constraint forced.
+        let generating: usize = slots.iter().flatten().map(|s| s.uncached_generated().len()).sum();
+        let budget = self.step_budget.saturating_sub(generating);
+        self.prefill_take.iter_mut().for_each(|n| *n = 0);
+        self.prompts_left.clear();
+        for &slot in admission_order {
+            let Some(seq) = slots[slot].as_ref().filter(|s| s.is_prefilling() && !s.awaits_fork) else { continue };
+            self.prompts_left.push((slot, seq.prompt_left().len()));
+        }
+        self.planner.plan(budget, &self.prompts_left, &mut self.prefill_take);
+        self.widen_prefills(slots, executor, stats, generating);
+        for (slot, seq) in slots.iter().enumerate() {
+            let Some(seq) = seq else { continue };
+            if !seq.is_prefilling() {
+                let tokens = seq.uncached_generated();
+                for (i, &token) in tokens.iter().enumerate() {
+                    let logits = i + 1 == tokens.len();
+                    if logits {
+                        self.outputs.push((slot, self.tokens.len()));
+                    }
+                    self.tokens.push(BatchToken { token, pos: seq.cached + i as u32, seq: slot, logits });
+                }
+                continue;
+            }
+            let take = self.prefill_take[slot];
+            let completes_prompt = take > 0 && take == seq.prompt_left().len();
+            let scored = seq.request.prompt_logprobs.is_some();
+            for (i, &token) in seq.prompt_left()[..take].iter().enumerate() {
+                let sampled = completes_prompt && i + 1 == take;
+                let pos = seq.cached + i as u32;
+                if sampled {
+                    self.outputs.push((slot, self.tokens.len()));
+                }
+                if scored {
+                    self.prompt_rows.push((slot, self.tokens.len(), pos as usize));
+                }
+                self.tokens.push(BatchToken { token, pos, seq: slot, logits: sampled || scored });
+            }
+        }
+    }
+
+    /// Widens this step's prefills where the runtime computes a wider one faster
+    /// (`Executor::prefill_width`), by computing some of their cached prompt tokens again.
+    /// Only a prefill that completes its prompt is widened (a chunk the budget cut short
+    /// goes on next step anyway), and only as far as one decode call accepts.
+    fn widen_prefills<E: Executor>(
+        &mut self,
+        slots: &mut [Option<Sequence>],
+        executor: &mut E,
+        stats: &EngineStats,
+        decode_tokens: usize,
+    ) {
+        let prefilling = self.prefill_take.iter().filter(|&&n| n > 0).count();
+        // The batch must stay within what one decode call accepts.
+        let mut room = self.batch_limit.saturating_sub(decode_tokens + self.prefilled());
+        for (slot, take) in self.prefill_take.iter_mut().enumerate() {
+            let Some(seq) = slots[slot].as_mut() else { continue };
+            if *take == 0 || *take < seq.prompt_left().len() {
+                continue;
+            }
+            let cached = seq.cached as usize;
+            let width = executor.prefill_width(cached, *take, prefilling > 1).clamp(*take, *take + cached);
+            let extra = width - *take;
+            if extra > 0 && extra <= room {
+                let hits_lost = seq.rewind_prompt(extra as u32);
+                executor.truncate_sequence(slot, seq.cached);
+                stats.record_prefix_recomputed(hits_lost as usize);
+                *take = width;
+                room -= extra;
+            }
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! Per-sequence decoding: what a sequence does with the logits row a step computed for
+//! it. Sampling under its constraint's mask (every sampler setting applies inside the
+//! mask), its log-probabilities, then the stop conditions and text streaming of
+//! `Sequence::accept_token`. The step calls [`decode_next`] for each output row and knows
+//! nothing of these; a decoder that takes more rows per sequence (verifying drafted tokens)
+//! belongs here, beside it, over the same [`Logits`].
+
+use rillm_backend::{FinishReason, TokenLogprob, TopLogprob};
+
+use crate::constraint::ConstraintCounters;
+use crate::runtime::{Executor, TokenId, Tokenizer};
+use crate::sequence::Sequence;
+
+/// The step's logits, as one sequence's sampler sees them.
+pub(crate) trait Logits {
+    /// Samples from `row` with the sequence's own sampler, only among `mask`'s tokens.
+    fn sample(&mut self, row: usize, mask: Option<&toktrie::SimpleVob>) -> TokenId;
+    /// `token`'s log-probability at `row` and the `top` most likely tokens'.
+    fn logprobs(&self, row: usize, token: TokenId, top: usize) -> (f32, Vec<(TokenId, f32)>);
+}
+
+/// A slot's sampler over the executor's last decode.
+pub(crate) struct SlotLogits<'a, E> {
+    pub executor: &'a mut E,
+    pub slot: usize,
+}
+
+impl<E: Executor> Logits for SlotLogits<'_, E> {
+    fn sample(&mut self, row: usize, mask: Option<&toktrie::SimpleVob>) -> TokenId {
+        self.executor.sample(self.slot, row, mask)
+    }
+
+    fn logprobs(&self, row: usize, token: TokenId, top: usize) -> (f32, Vec<(TokenId, f32)>) {
+        self.executor.logprobs(row, token, top)
+    }
+}
+
+/// What decoding needs besides the sequence and its logits.
+pub(crate) struct DecodeContext<'a> {
+    pub tokenizer: &'a dyn Tokenizer,
+    /// KV cells per sequence: a sequence that fills them ends at `length`.
+    pub ctx_limit: u32,
+    pub counters: &'a ConstraintCounters,
+}
+
+/// Picks `seq`'s next token from `row` and takes it in. `Ok(Some(reason))`: the sequence
+/// is done; `Err`: its constraint failed (the request ends with an error, never a hang).
+pub(crate) fn decode_next(
+    seq: &mut Sequence,
+    row: usize,
+    logits: &mut impl Logits,
+    ctx: &DecodeContext,
+) -> Result<Option<FinishReason>, String> {
+    let mask = seq.constraint_mask()?;
+    let token = logits.sample(row, mask.as_ref());
+    if let Some(top) = seq.request.logprobs {
+        let (logprob, top) = logits.logprobs(row, token, top as usize);
+        seq.note_logprob(token_logprob(ctx.tokenizer, token, logprob, top));
+    }
+    seq.accept_token(token, ctx.tokenizer, ctx.ctx_limit, ctx.counters)
+}
+
+/// A token's log-probability with its alternatives, their bytes attached.
+pub(crate) fn token_logprob(
+    tokenizer: &dyn Tokenizer,
+    token: TokenId,
+    logprob: f32,
+    top: Vec<(TokenId, f32)>,
+) -> TokenLogprob {
+    let bytes = |t: TokenId| {
+        let mut out = Vec::new();
+        tokenizer.append_token_bytes(t, &mut out);
+        out
+    };
+    let top = top.into_iter().map(|(t, logprob)| TopLogprob { token: t, bytes: bytes(t), logprob }).collect();
+    TokenLogprob { token, bytes: bytes(token), logprob, top }
+}

@@ -1,0 +1,274 @@
+//! KV residency: which tokens' KV cells each slot holds, which prefixes are saved in host
+//! memory, and which slots are mid-copy; and the reuse policy over them: where a new
+//! request's longest cached prefix comes from (its slot, another slot's KV stream, or a
+//! state saved in host memory), and saving a slot's content to host memory before it is
+//! overwritten. Apart from the batching loop because it is a policy of its own: what is
+//! worth copying, restoring or saving. Running sequences are the scheduler's; what they
+//! hold is read from them (`Sequence::kv_tokens`).
+
+use std::collections::HashSet;
+
+use crate::host_cache::{block_hashes, HostCache};
+use crate::prefix_cache::{reusable, PrefixCache};
+use crate::runtime::{Executor, TokenId};
+use crate::sequence::Sequence;
+use crate::stats::EngineStats;
+
+/// Copying another slot's KV stream costs about as much as prefilling a few tokens; below
+/// this many extra reusable tokens it is not worth it.
+const MIN_COPY_GAIN: usize = 8;
+
+/// Restoring a saved state costs a copy of its whole KV; below this many extra reusable
+/// tokens over what the slots offer, prefilling them is as cheap.
+const MIN_RESTORE_GAIN: usize = 16;
+
+/// A slot's content is saved to the host tier before it is overwritten only if at least
+/// this many of its tokens would otherwise be lost.
+const MIN_SAVE_TOKENS: usize = 32;
+
+/// A slot's end of a pending KV copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CopyEnd {
+    Source,
+    Target,
+}
+
+/// The running sequences, by slot (`None`: idle).
+pub(super) type Slots = [Option<Sequence>];
+
+pub(crate) struct KvResidency<S> {
+    prefix_caching: bool,
+    /// What idle slots hold (a running slot's entry is stale until it is released).
+    idle: PrefixCache,
+    /// KV states saved from slots before they were overwritten (`None`: tier off).
+    host: Option<HostCache<S>>,
+    host_budget: usize,
+    /// Each slot's part in a KV copy not yet carried out: llama.cpp copies stream buffers
+    /// at the next decode, so a target's buffer holds nothing worth saving until then, and
+    /// neither end may be restored into.
+    copy_pending: Vec<Option<CopyEnd>>,
+    /// What the slots or the host tier hold changed since `take_changed` last said so.
+    changed: bool,
+}
+
+impl<S> KvResidency<S> {
+    pub fn new(slots: usize, prefix_caching: bool, host_bytes: usize, stats: &EngineStats) -> Self {
+        let host_budget = if prefix_caching { host_bytes } else { 0 };
+        stats.set_host_cache(host_budget, Default::default());
+        Self {
+            prefix_caching,
+            idle: PrefixCache::new(slots),
+            host: (host_budget > 0).then(|| HostCache::new(host_budget)),
+            host_budget,
+            copy_pending: vec![None; slots],
+            changed: false,
+        }
+    }
+
+    /// The slot a new sequence takes: the lowest free one, as llama.cpp computes attention
+    /// over the contiguous range of KV streams a batch touches and packing sequences low
+    /// keeps batches cheap; but not one with a KV copy pending when another is free. Such a
+    /// slot cannot be restored into before the next decode, so a conversation whose KV is
+    /// in host memory would be prefilled again, and an idle donor keeps its prefix in place.
+    pub fn free_slot(&self, slots: &Slots) -> Option<usize> {
+        // min_by_key keeps the first of equals: the lowest free slot without a pending copy.
+        (0..slots.len()).filter(|&s| slots[s].is_none()).min_by_key(|&s| self.copy_pending[s].is_some())
+    }
+
+    /// Puts the longest cached prefix of `prompt` into `slot` and returns its length: what
+    /// the slot already holds, a copy of another slot's cells, or a state restored from the
+    /// host tier, whichever reuses most for its cost. What the slot held is saved to the
+    /// host tier first if it is about to be lost.
+    pub fn load_prefix<E: Executor<Snapshot = S>>(
+        &mut self,
+        executor: &mut E,
+        stats: &EngineStats,
+        slots: &Slots,
+        slot: usize,
+        prompt: &[TokenId],
+    ) -> usize {
+        self.changed = true;
+        let own = reusable(self.idle.held(slot).iter().copied(), prompt);
+        if !self.prefix_caching {
+            return own;
+        }
+        let donor = self.best_donor(slots, prompt, slot).filter(|&(_, shared)| shared >= own + MIN_COPY_GAIN);
+        let in_slots = donor.map_or(own, |(_, shared)| shared);
+        let restorable = self.host.as_ref().and_then(|c| c.lookup(prompt));
+        let restore = restorable
+            .filter(|&(_, shared)| shared >= in_slots + MIN_RESTORE_GAIN && self.copy_pending[slot].is_none());
+        let keep = if donor.is_some() || restore.is_some() { 0 } else { own };
+        if let (Some((id, _)), Some(cache)) = (restore, self.host.as_mut()) {
+            // Saving what the slot holds must not evict the entry about to be restored.
+            cache.touch(id);
+        }
+        self.preserve(executor, stats, slot, keep);
+        if let Some((id, shared)) = restore {
+            return if self.restore(executor, stats, slot, id, shared) { shared } else { 0 };
+        }
+        match donor {
+            Some((donor, shared)) => {
+                executor.copy_sequence(donor, slot);
+                self.mark_copy(donor, slot);
+                self.idle.store(slot, slot_tokens(&self.idle, slots, donor));
+                shared
+            }
+            None => own,
+        }
+    }
+
+    /// `slot` is about to receive a copy of another sequence's KV (a fork of `n` choices):
+    /// what it held is saved if worth it, then forgotten.
+    pub fn clear_for_copy<E: Executor<Snapshot = S>>(&mut self, executor: &mut E, stats: &EngineStats, slot: usize) {
+        self.preserve(executor, stats, slot, 0);
+        executor.truncate_sequence(slot, 0);
+        self.idle.clear(slot);
+        self.changed = true;
+    }
+
+    /// Moves a running sequence's KV from `from` down to the free slot `to`; `from` keeps
+    /// its cells and becomes an idle slot caching `tokens`.
+    pub fn move_sequence<E: Executor<Snapshot = S>>(
+        &mut self,
+        executor: &mut E,
+        stats: &EngineStats,
+        from: usize,
+        to: usize,
+        tokens: Vec<TokenId>,
+    ) {
+        self.preserve(executor, stats, to, 0);
+        executor.move_sequence(from, to);
+        self.mark_copy(from, to);
+        if self.prefix_caching {
+            self.idle.store(from, tokens);
+        } else {
+            executor.truncate_sequence(from, 0);
+        }
+        self.idle.clear(to);
+        self.changed = true;
+    }
+
+    /// A sequence left `slot`: its cells stay as an idle slot's cache of `tokens`, unless
+    /// they cannot be trusted (`failed`: after a failed decode) or caching is off.
+    pub fn release<E: Executor<Snapshot = S>>(
+        &mut self,
+        executor: &mut E,
+        slot: usize,
+        tokens: Vec<TokenId>,
+        failed: bool,
+    ) {
+        if failed || !self.prefix_caching {
+            executor.truncate_sequence(slot, 0);
+            self.idle.clear(slot);
+        } else {
+            self.idle.store(slot, tokens);
+        }
+        self.changed = true;
+    }
+
+    /// Records a copy from `source` to `target` that the next decode carries out; a slot
+    /// that is already a target stays one (its buffer is not valid before the decode either).
+    pub fn mark_copy(&mut self, source: usize, target: usize) {
+        if self.copy_pending[source].is_none() {
+            self.copy_pending[source] = Some(CopyEnd::Source);
+        }
+        self.copy_pending[target] = Some(CopyEnd::Target);
+    }
+
+    /// A decode ran: llama.cpp carried out the pending copies at its start.
+    pub fn copies_done(&mut self) {
+        self.copy_pending.iter_mut().for_each(|p| *p = None);
+    }
+
+    /// Whether what is held changed since the last call.
+    pub fn take_changed(&mut self) -> bool {
+        std::mem::take(&mut self.changed)
+    }
+
+    /// Chained block hashes of every prompt prefix held in KV: the host tier's entries,
+    /// idle slots' contents and running sequences' prompts.
+    pub fn held_blocks(&self, slots: &Slots) -> HashSet<u64> {
+        let mut blocks: HashSet<u64> = self.host.iter().flat_map(HostCache::held_block_hashes).collect();
+        for (slot, seq) in slots.iter().enumerate() {
+            let tokens = seq.as_ref().map_or(self.idle.held(slot), |seq| &seq.request.prompt[..]);
+            blocks.extend(block_hashes(tokens));
+        }
+        blocks
+    }
+
+    /// Saves what `slot` holds to the host tier before its cells past `keep` are lost,
+    /// unless that is little, already saved, or mid-copy.
+    fn preserve<E: Executor<Snapshot = S>>(&mut self, executor: &mut E, stats: &EngineStats, slot: usize, keep: usize) {
+        let Some(cache) = self.host.as_mut() else { return };
+        let held = self.idle.held(slot);
+        // A copy's source still holds its own cells (the copy reads them at the next decode),
+        // so an idle donor about to be overwritten is saved like any other slot.
+        let copy_target = self.copy_pending[slot] == Some(CopyEnd::Target);
+        if held.len() < keep + MIN_SAVE_TOKENS || copy_target || cache.covers(held) {
+            return;
+        }
+        match executor.save_sequence(slot) {
+            Ok((state, bytes)) => {
+                self.changed |= cache.insert(held.to_vec(), state, bytes);
+                stats.set_host_cache(self.host_budget, cache.counts());
+            }
+            Err(error) => tracing::warn!(%error, slot, "could not save a slot's KV to the host cache"),
+        }
+    }
+
+    /// Restores host-tier entry `id` into `slot`; on failure the slot is left empty and the
+    /// prompt is prefilled in full.
+    fn restore<E: Executor<Snapshot = S>>(
+        &mut self,
+        executor: &mut E,
+        stats: &EngineStats,
+        slot: usize,
+        id: u64,
+        shared: usize,
+    ) -> bool {
+        let Some((state, tokens)) = self.host.as_mut().and_then(|c| c.take_for_restore(id)) else {
+            self.idle.clear(slot);
+            return false;
+        };
+        let started = std::time::Instant::now();
+        let restored = executor.restore_sequence(slot, state);
+        stats.record_host_restore(shared, started.elapsed(), restored.is_ok());
+        match restored {
+            Ok(()) => {
+                let tokens = tokens.to_vec();
+                self.idle.store(slot, tokens);
+                true
+            }
+            Err(error) => {
+                tracing::warn!(%error, slot, "restoring a saved prefix failed; prefilling instead");
+                executor.truncate_sequence(slot, 0);
+                self.idle.clear(slot);
+                false
+            }
+        }
+    }
+
+    /// The other slot, running or idle, whose KV shares the longest reusable prefix with
+    /// `prompt`: a cold slot can copy it instead of recomputing a shared system prompt.
+    fn best_donor(&self, slots: &Slots, prompt: &[TokenId], except: usize) -> Option<(usize, usize)> {
+        (0..slots.len())
+            .filter(|&s| s != except)
+            .map(|s| {
+                let shared = match &slots[s] {
+                    Some(seq) => reusable(seq.kv_tokens(), prompt),
+                    None => reusable(self.idle.held(s).iter().copied(), prompt),
+                };
+                (s, shared)
+            })
+            .max_by_key(|&(s, shared)| (shared, std::cmp::Reverse(s)))
+            .filter(|&(_, shared)| shared > 0)
+    }
+}
+
+/// Tokens whose KV cells `slot` holds, running or idle.
+fn slot_tokens(idle: &PrefixCache, slots: &Slots, slot: usize) -> Vec<TokenId> {
+    match &slots[slot] {
+        Some(seq) => seq.kv_tokens().collect(),
+        None => idle.held(slot).to_vec(),
+    }
+}

@@ -1,0 +1,330 @@
+//! The continuous-batching loop that runs on the engine thread.
+//!
+//! Each step admits waiting requests into free slots, builds one batch (`batch`: a decode
+//! row for every generating sequence, then prompt chunks up to the step's token budget),
+//! runs it, and hands each output row to its sequence's decoder (`decode`). Long prompts
+//! are therefore prefilled in chunks while running streams keep receiving a token per
+//! step, and a new request can start in the very next step. Which tokens' KV each slot
+//! holds, and where an admitted request's cached prefix comes from (its slot, another
+//! slot, host memory), is `kv`'s; `n` choices and scored prompts are `choices`'; the wait
+//! forecast is `Forecaster`'s, which the loop reports steps and completions to.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::forecast::{Forecaster, SlotLoad};
+use crate::queue::WaitQueue;
+use crate::runtime::{BatchToken, Executor, Tokenizer};
+use crate::sequence::{PendingRequest, Sequence};
+use crate::stats::EngineStats;
+use batch::StepBatch;
+use decode::{decode_next, DecodeContext, SlotLogits};
+use kv::KvResidency;
+use rillm_backend::FinishReason;
+
+mod batch;
+mod choices;
+pub(crate) mod decode;
+mod kv;
+
+/// Moving a sequence copies its whole KV stream, which a few steps with one less pass over
+/// the weights repay; a sequence this close to its token limit is left where it is.
+const MIN_TOKENS_LEFT_TO_MOVE: u32 = 16;
+
+/// How long an idle engine sleeps before refreshing its heartbeat.
+const IDLE_WAKE: Duration = Duration::from_millis(500);
+
+/// How the scheduler is set up; the engine's configuration decides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SchedulerConfig {
+    /// Slots: sequences that run at once.
+    pub max_running: usize,
+    /// Tokens a step computes, widened prefills aside (at most what a decode call accepts;
+    /// the difference is room for widened prefills).
+    pub step_budget: usize,
+    /// Reuse cached prompt prefixes (in slots and host memory).
+    pub prefix_caching: bool,
+    /// Host memory for the prefix cache's RAM tier; 0 turns it off.
+    pub host_cache_bytes: usize,
+    /// Publish the blocks of tokens held in KV with the forecast (only `--max-queue-ms`
+    /// reads them, and gathering them costs a pass over every slot and host entry).
+    pub forecast_prefixes: bool,
+}
+
+pub(crate) struct Scheduler<E: Executor> {
+    executor: E,
+    tokenizer: Arc<dyn Tokenizer>,
+    queue: Arc<WaitQueue<PendingRequest>>,
+    stats: Arc<EngineStats>,
+    slots: Vec<Option<Sequence>>,
+    /// Slots in admission order, the order prefill budget is handed out in.
+    admission_order: VecDeque<usize>,
+    kv: KvResidency<E::Snapshot>,
+    batch: StepBatch,
+    forecaster: Forecaster,
+    forecast_prefixes: bool,
+}
+
+impl<E: Executor> Scheduler<E> {
+    pub fn new(
+        executor: E,
+        tokenizer: Arc<dyn Tokenizer>,
+        queue: Arc<WaitQueue<PendingRequest>>,
+        stats: Arc<EngineStats>,
+        config: SchedulerConfig,
+    ) -> Self {
+        let SchedulerConfig { max_running, step_budget, prefix_caching, host_cache_bytes, forecast_prefixes } = config;
+        let batch = StepBatch::new(max_running, executor.max_batch_tokens(), step_budget);
+        let forecaster = Forecaster::new(batch.step_budget());
+        let kv = KvResidency::new(max_running, prefix_caching, host_cache_bytes, &stats);
+        Self {
+            executor,
+            tokenizer,
+            queue,
+            stats,
+            slots: (0..max_running).map(|_| None).collect(),
+            admission_order: VecDeque::with_capacity(max_running),
+            kv,
+            batch,
+            forecaster,
+            forecast_prefixes: forecast_prefixes && prefix_caching,
+        }
+    }
+
+    /// Runs until the queue is closed, then cancels whatever is left.
+    pub fn run(mut self) {
+        loop {
+            if self.queue.is_closed() {
+                break;
+            }
+            if self.admission_order.is_empty() {
+                self.publish(false);
+                if !self.queue.wait_for_item(IDLE_WAKE) {
+                    break;
+                }
+            }
+            self.arrange_slots();
+            if self.admission_order.is_empty() {
+                continue;
+            }
+            // Published before the step too, so the counts are current by the time the
+            // step's first tokens reach their callers.
+            self.publish(true);
+            self.step();
+            self.stats.record_step();
+            self.publish(true);
+        }
+        self.cancel_all();
+        self.publish(false);
+    }
+
+    /// Who runs in the next step, and in which slot.
+    fn arrange_slots(&mut self) {
+        self.reap_cancelled();
+        self.admit();
+        self.close_gap();
+    }
+
+    /// Frees sequences and queue entries whose caller dropped the stream.
+    fn reap_cancelled(&mut self) {
+        for slot in 0..self.slots.len() {
+            if self.slots[slot].as_ref().is_some_and(|s| s.request.is_cancelled()) {
+                self.release(slot, FinishReason::Cancelled, None);
+            }
+        }
+        for request in self.queue.remove_where(PendingRequest::is_cancelled) {
+            self.stats.record_finished(request.prompt.len() as u32, 0, true);
+        }
+    }
+
+    fn admit(&mut self) {
+        while self.admission_order.len() < self.slots.len() {
+            // A request runs as `n` sequences: it waits, keeping its turn, until `n` slots are free.
+            let free = self.slots.iter().filter(|s| s.is_none()).count();
+            let Some(request) = self.queue.pop_if(|r| r.is_cancelled() || r.n as usize <= free) else { break };
+            if request.is_cancelled() {
+                (0..request.n).for_each(|_| self.queue.finish_one());
+                self.stats.record_finished(request.prompt.len() as u32, 0, true);
+                continue;
+            }
+            let Some(slot) = self.kv.free_slot(&self.slots) else { break };
+            // Prompt scores need the logits of every prompt token: no cached prefix has them.
+            let reusable = if request.prompt_logprobs.is_some() { &[][..] } else { &request.prompt[..] };
+            let reused = self.kv.load_prefix(&mut self.executor, &self.stats, &self.slots, slot, reusable);
+            self.stats.record_prefix_query(request.prompt.len(), reused);
+            self.executor.truncate_sequence(slot, reused as u32);
+            self.executor.start_sequence(slot, &request.sampling, request.ignore_eos);
+            let choices: Vec<PendingRequest> = (1..request.n).map(|index| request.choice(index)).collect();
+            self.slots[slot] = Some(Sequence::new(request, reused as u32));
+            self.admission_order.push_back(slot);
+            let forks = self.admit_choices(choices);
+            if let Some(seq) = self.slots[slot].as_mut() {
+                seq.forks = forks;
+            }
+        }
+    }
+
+    /// Moves the highest running sequence down into the lowest free slot, if one is free
+    /// below it. llama.cpp runs a pass over the weights per run of consecutive slots, so a
+    /// hole left by a finished request costs every later step until it is filled; `admit`
+    /// fills holes with waiting requests, and this closes one when nobody waits. One move
+    /// per step bounds the copying a step can take on.
+    fn close_gap(&mut self) {
+        let Some(free) = self.slots.iter().position(Option::is_none) else { return };
+        let Some(highest) = self.slots.iter().rposition(Option::is_some) else { return };
+        let Some(seq) = self.slots[highest].as_ref() else { return };
+        let tokens_left = seq.request.max_tokens.saturating_sub(seq.generated);
+        // Choices tied to each other by slot wait for their fork before any of them moves.
+        let forking = seq.awaits_fork || !seq.forks.is_empty();
+        if highest < free || tokens_left < MIN_TOKENS_LEFT_TO_MOVE || forking {
+            return;
+        }
+        let Some(seq) = self.slots[highest].take() else { return };
+        // The source keeps its cells: it is now an idle slot caching this prefix.
+        self.kv.move_sequence(&mut self.executor, &self.stats, highest, free, seq.kv_tokens().collect());
+        self.stats.record_move();
+        self.slots[free] = Some(seq);
+        for slot in self.admission_order.iter_mut().filter(|s| **s == highest) {
+            *slot = free;
+        }
+    }
+
+    fn step(&mut self) {
+        self.batch.plan(&mut self.slots, &self.admission_order, &mut self.executor, &self.stats);
+        let tokens = &self.batch.tokens;
+        if tokens.is_empty() {
+            return;
+        }
+        let started = std::time::Instant::now();
+        let decoded = self.executor.decode(tokens);
+        let prefilled = self.batch.prefilled();
+        let took_ms = started.elapsed().as_secs_f64() * 1000.0;
+        self.forecaster.observe_step(took_ms, tokens.len() - prefilled, prefilled);
+        // Pending KV copies were carried out at the start of this decode.
+        self.kv.copies_done();
+        tracing::trace!(
+            tokens = tokens.len(),
+            sequences = self.batch.outputs.len(),
+            slot_runs = slot_runs(tokens),
+            decode_ms = took_ms,
+            "step"
+        );
+        if let Err(error) = decoded {
+            tracing::error!(%error, tokens = tokens.len(), "decode failed");
+            let slots: Vec<usize> = self.admission_order.iter().copied().collect();
+            for slot in slots {
+                self.release(slot, FinishReason::Error, Some(error.to_string()));
+            }
+            return;
+        }
+        self.stats.record_prompt_computed(prefilled);
+        for entry in &self.batch.tokens {
+            if let Some(seq) = self.slots[entry.seq].as_mut() {
+                seq.cached = seq.cached.max(entry.pos + 1);
+            }
+        }
+        self.score_prompts();
+        self.fork_choices();
+        let ctx_limit = self.executor.ctx_per_sequence();
+        for i in 0..self.batch.outputs.len() {
+            let (slot, row) = self.batch.outputs[i];
+            let Some(seq) = self.slots[slot].as_mut() else { continue };
+            if seq.request.prompt_logprobs.is_some() && seq.request.index == 0 && seq.is_prefilling() {
+                seq.send_prompt_scores(self.tokenizer.as_ref());
+            }
+            // Scoring a prompt without generating (`max_tokens` 0): done once it is computed.
+            if seq.request.max_tokens == 0 {
+                self.release(slot, FinishReason::Length, None);
+                continue;
+            }
+            let ctx =
+                DecodeContext { tokenizer: self.tokenizer.as_ref(), ctx_limit, counters: &self.stats.constraints };
+            let mut logits = SlotLogits { executor: &mut self.executor, slot };
+            match decode_next(seq, row, &mut logits, &ctx) {
+                Ok(None) => {}
+                Ok(Some(reason)) => self.release(slot, reason, None),
+                Err(error) => self.release(slot, FinishReason::Error, Some(error)),
+            }
+        }
+    }
+
+    fn release(&mut self, slot: usize, reason: FinishReason, error: Option<String>) {
+        let Some(seq) = self.slots[slot].take() else { return };
+        self.executor.end_sequence(slot);
+        // After a failed decode the KV contents are not to be trusted.
+        let failed = reason == FinishReason::Error;
+        self.kv.release(&mut self.executor, slot, seq.kv_tokens().collect(), failed);
+        self.admission_order.retain(|&s| s != slot);
+        self.queue.finish_one();
+        let (id, first_choice) = (seq.request.id, seq.request.index == 0);
+        // Choices still waiting for this one's prompt end with it.
+        let forks = seq.forks.clone();
+        let completion = seq.finish(reason, error.clone());
+        if matches!(reason, FinishReason::Eos | FinishReason::Stop | FinishReason::Length) {
+            self.forecaster.observe_completion(completion.usage.completion_tokens);
+        }
+        tracing::debug!(id, reason = reason.as_str(), tokens = completion.usage.completion_tokens, "sequence released");
+        // A request's prompt counts once, however many choices it has.
+        self.stats.record_finished(
+            if first_choice { completion.usage.prompt_tokens } else { 0 },
+            completion.usage.completion_tokens,
+            reason == FinishReason::Cancelled,
+        );
+        for fork in forks {
+            self.release(fork, reason, error.clone());
+        }
+    }
+
+    fn cancel_all(&mut self) {
+        for slot in 0..self.slots.len() {
+            self.release(slot, FinishReason::Cancelled, None);
+        }
+        for request in self.queue.close() {
+            self.stats.record_finished(request.prompt.len() as u32, 0, true);
+            request.finish_unstarted(FinishReason::Cancelled, None);
+        }
+    }
+
+    fn publish(&mut self, busy: bool) {
+        let (mut used, mut cached) = (0u64, 0u64);
+        for (slot, seq) in self.slots.iter().enumerate() {
+            let cells = u64::from(self.executor.sequence_cells(slot));
+            if seq.is_some() {
+                used += cells;
+            } else {
+                cached += cells;
+            }
+        }
+        self.stats.set_occupancy(self.admission_order.len(), self.queue.len(), used, cached);
+        // Before the step too, like the counts: a caller that sees its first token must
+        // find the slot it took already counted in the next request's predicted wait.
+        self.publish_forecast();
+        self.stats.mark_progress(busy);
+    }
+
+    /// Publishes each slot's load for the wait forecast, with the prefixes held in KV when
+    /// they changed and the forecast uses them.
+    fn publish_forecast(&mut self) {
+        let changed = self.kv.take_changed();
+        let held_blocks = (self.forecast_prefixes && changed).then(|| Arc::new(self.kv.held_blocks(&self.slots)));
+        let loads = self.slots.iter().map(|seq| {
+            seq.as_ref().map(|seq| SlotLoad {
+                prompt_left: seq.prompt_left().len(),
+                generated: seq.generated,
+                max_tokens: seq.request.max_tokens,
+            })
+        });
+        self.forecaster.publish(&self.stats.forecast, loads, held_blocks);
+    }
+}
+
+/// Runs of consecutive slots in a slot-ordered batch: llama.cpp runs at least one pass
+/// over the weights per run, so a gap between running slots costs a pass.
+fn slot_runs(batch: &[BatchToken]) -> usize {
+    let breaks = batch.windows(2).filter(|w| w[1].seq > w[0].seq + 1).count();
+    usize::from(!batch.is_empty()) + breaks
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,60 @@
+//! Batch layout and prefill budget (`scheduler/batch.rs`), and closing slot holes.
+
+use super::*;
+
+#[test]
+fn a_step_lays_its_batch_out_in_slot_order_whatever_the_admission_order() {
+    let mut h = Harness::new(4, 64);
+    let first = h.submit("aaa");
+    let _second = h.submit("bbb");
+    let _third = h.submit("ccc");
+    assert_eq!(h.step(), [(0, 3), (1, 3), (2, 3)], "three prompts prefilled in one step");
+    assert_eq!(h.step(), [(0, 1), (1, 1), (2, 1)]);
+    drop(first);
+    // The newest request takes the lowest free slot, 0, though it was admitted last.
+    let _fourth = h.submit("dddd");
+    assert_eq!(h.step(), [(0, 4), (1, 1), (2, 1)]);
+    assert_eq!(h.scheduler.admission_order, [1, 2, 0]);
+    assert_eq!(h.step(), [(0, 1), (1, 1), (2, 1)]);
+}
+
+#[test]
+fn prefill_budget_goes_to_the_oldest_prompt_first_and_decode_tokens_are_never_starved() {
+    let mut h = Harness::new(4, 6);
+    let _running = h.submit("a");
+    assert_eq!(h.step(), [(0, 1)]);
+    let old = h.submit("bbbbbbbb");
+    let _new = h.submit("cc");
+    // Budget 6: one decode token, then the older prompt takes the remaining five.
+    assert_eq!(h.step(), [(0, 1), (1, 5)]);
+    assert_eq!(h.step(), [(0, 1), (1, 3), (2, 2)]);
+    drop(old);
+    // The newer one moved down into the hole the cancelled one left.
+    assert_eq!(h.step(), [(0, 1), (1, 1)]);
+}
+
+#[test]
+fn a_hole_left_by_a_finished_request_is_closed_by_moving_the_highest_sequence_down() {
+    let mut h = Harness::new(4, 64);
+    let first = h.submit("aaa");
+    let _second = h.submit("bbb");
+    let mut third = h.submit("ccc");
+    h.step();
+    drop(first);
+    while third.try_recv().is_ok() {}
+    // Nobody waits, so slot 2's sequence moves into slot 0 and the batch is one run.
+    assert_eq!(h.step(), [(0, 1), (1, 1)]);
+    assert_eq!(h.scheduler.executor.moves, [(2, 0)]);
+    assert_eq!(h.scheduler.admission_order, [1, 0]);
+    assert!(matches!(third.try_recv(), Ok(StreamEvent::Text { .. })), "the moved request still streams");
+    // A waiting request fills a hole itself; nothing moves.
+    let mut h = Harness::new(4, 64);
+    let first = h.submit("aaa");
+    let _second = h.submit("bbb");
+    let _third = h.submit("ccc");
+    h.step();
+    drop(first);
+    let _fourth = h.submit("d");
+    assert_eq!(h.step(), [(0, 1), (1, 1), (2, 1)]);
+    assert!(h.scheduler.executor.moves.is_empty());
+}

@@ -1,0 +1,128 @@
+//! Prefix reuse through the scheduler: host-memory saves and restores, donors, the forecast's view of held prefixes (`scheduler/kv.rs`).
+
+use super::*;
+
+#[test]
+fn an_overwritten_slot_is_saved_to_host_memory_and_a_returning_prompt_restored() {
+    let mut h = Harness::with_cache(1, 64, true, 1 << 20);
+    let _a = h.submit_n(PROMPT_A, 4);
+    h.run_to_idle();
+    assert!(h.scheduler.executor.saves.is_empty(), "nothing was overwritten yet");
+    let _b = h.submit_n(PROMPT_B, 4);
+    assert_eq!(h.step(), [(0, PROMPT_B.len())], "B shares nothing: a full prefill");
+    assert_eq!(h.scheduler.executor.saves, [0], "A's cells were saved before B overwrote them");
+    h.run_to_idle();
+    let _again = h.submit_n(PROMPT_A, 4);
+    // A's whole prompt but its last token comes back from host memory.
+    assert_eq!(h.step(), [(0, 1)]);
+    assert_eq!(h.scheduler.executor.restores, [(0, 0)]);
+    assert_eq!(h.scheduler.executor.saves, [0, 0], "B was saved before A was restored over it");
+    let p = h.scheduler.stats.snapshot().prefix;
+    assert_eq!((p.host_restores, p.host_restored_tokens, p.host_entries), (1, PROMPT_A.len() as u64 - 1, 2));
+    assert_eq!(p.hit_tokens, PROMPT_A.len() as u64 - 1);
+    assert_eq!(p.queried_tokens, 3 * PROMPT_A.len() as u64);
+}
+
+#[test]
+fn an_idle_slot_that_lends_its_prefix_and_is_then_overwritten_is_saved_first() {
+    // Slot 0 keeps running; slot 1 ends up holding B and slot 2 holding A, both idle.
+    let mut h = Harness::with_cache(3, 256, true, 1 << 20);
+    let _running = h.submit_n("r", 200);
+    let _b = h.submit_n(PROMPT_B, 4);
+    let _a = h.submit_n(PROMPT_A, 4);
+    for _ in 0..6 {
+        h.step();
+    }
+    assert!(h.scheduler.slots[1].is_none() && h.scheduler.slots[2].is_none());
+    // A new conversation shares A's first 20 tokens: it goes into slot 1 and copies them
+    // from slot 2; an unrelated prompt admitted in the same step takes slot 2, the donor.
+    let _shares = h.submit_n(&format!("{}{}", &PROMPT_A[..20], "zzzzzzzzzzzzzzzzzzzzzzzzzzzz"), 4);
+    let _other = h.submit_n("yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy", 4);
+    h.step();
+    assert_eq!(h.scheduler.executor.saves, [1, 2], "B, then A before the donor was overwritten");
+    h.run_to_idle();
+    // A comes back: restored from host memory, not prefilled again.
+    let restores = h.scheduler.executor.restores.len();
+    let _again = h.submit_n(PROMPT_A, 4);
+    assert_eq!(h.step(), [(0, 1)], "all of A but its last token restored");
+    assert_eq!(h.scheduler.executor.restores.len(), restores + 1);
+}
+
+#[test]
+fn a_prompt_in_host_memory_is_restored_even_when_the_lowest_free_slot_is_lending_its_prefix() {
+    let mut h = Harness::with_cache(4, 256, true, 1 << 20);
+    let c = "Sphinx of black quartz, judge my vow, said the judge";
+    let _c = h.submit_n(c, 4);
+    h.run_to_idle();
+    // Slot 0: a long-running request (C goes to host memory); slots 1 and 2: B and A, idle.
+    let _running = h.submit_n("r", 200);
+    let _b = h.submit_n(PROMPT_B, 4);
+    let _a = h.submit_n(PROMPT_A, 4);
+    for _ in 0..6 {
+        h.step();
+    }
+    assert_eq!(h.scheduler.executor.saves, [0]);
+    // A prompt sharing A's start copies it from slot 2 into slot 1; C's next turn, admitted
+    // in the same step, is restored into slot 3 rather than prefilled into slot 2.
+    let _shares = h.submit_n(&format!("{}{}", &PROMPT_A[..20], "zzzzzzzzzzzzzzzzzzzzzzzzzzzz"), 4);
+    let _next_turn = h.submit_n(&format!("{c}, and more"), 4);
+    let runs = h.step();
+    assert_eq!(h.scheduler.executor.restores, [(3, 0)]);
+    assert_eq!(runs.last(), Some(&(3, ", and more".len())), "only the new tokens are prefilled");
+    assert!(h.scheduler.slots[2].is_none(), "the donor keeps its prefix");
+}
+
+#[test]
+fn a_failed_restore_falls_back_to_prefill_and_is_counted() {
+    let mut h = Harness::with_cache(1, 64, true, 1 << 20);
+    h.scheduler.executor.fail_restores = true;
+    for prompt in [PROMPT_A, PROMPT_B] {
+        let _r = h.submit_n(prompt, 4);
+        h.run_to_idle();
+    }
+    let _again = h.submit_n(PROMPT_A, 4);
+    assert_eq!(h.step(), [(0, PROMPT_A.len())], "the whole prompt is computed");
+    assert_eq!(h.scheduler.executor.restores.len(), 1);
+    let p = h.scheduler.stats.snapshot().prefix;
+    assert_eq!((p.host_restores, p.host_restore_failures, p.hit_tokens), (0, 1, 0));
+}
+
+#[test]
+fn no_host_tier_without_prefix_caching_or_budget() {
+    for (caching, bytes) in [(false, 1 << 20), (true, 0)] {
+        let mut h = Harness::with_cache(1, 64, caching, bytes);
+        for prompt in [PROMPT_A, PROMPT_B, PROMPT_A] {
+            let _r = h.submit_n(prompt, 4);
+            h.run_to_idle();
+        }
+        assert!(h.scheduler.executor.saves.is_empty() && h.scheduler.executor.restores.is_empty());
+    }
+}
+
+#[test]
+fn the_wait_forecast_knows_which_prompts_a_slot_or_host_memory_holds() {
+    let mut h = Harness::configured(1, 64, |c| {
+        c.prefix_caching = true;
+        c.host_cache_bytes = 1 << 20;
+        c.forecast_prefixes = true;
+    });
+    assert_eq!(h.forecast_cached(PROMPT_A), 0, "nothing held yet");
+    let _a = h.submit_n(PROMPT_A, 4);
+    h.run_to_idle();
+    // 48 tokens are three whole blocks; all but the last token would be reused.
+    assert_eq!(h.forecast_cached(PROMPT_A), PROMPT_A.len() - 1);
+    assert_eq!(h.forecast_cached(PROMPT_B), 0);
+    let _b = h.submit_n(PROMPT_B, 4);
+    h.run_to_idle();
+    // A left its slot for host memory; B holds the slot.
+    assert_eq!(h.forecast_cached(PROMPT_A), PROMPT_A.len() - 1);
+    assert_eq!(h.forecast_cached(PROMPT_B), PROMPT_B.len() - 1);
+    // A shared first block only.
+    assert_eq!(h.forecast_cached(&format!("{}{}", &PROMPT_A[..20], PROMPT_B)), 16);
+
+    // Without the forecast asking, nothing is gathered.
+    let mut plain = Harness::with_cache(1, 64, true, 1 << 20);
+    let _a = plain.submit_n(PROMPT_A, 4);
+    plain.run_to_idle();
+    assert_eq!(plain.forecast_cached(PROMPT_A), 0);
+}
