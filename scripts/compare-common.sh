@@ -42,3 +42,18 @@ start_llama() { # log   (LLAMA_ARGS: extra llama-server flags)
 stop_server() {
   kill -TERM "$SERVER_PID"; wait "$SERVER_PID" || true
 }
+
+# Prints `rillm bench compare` of OUT/llama-KIND.json (baseline) and OUT/rillm-KIND.json for
+# each KIND: ratios are rillm / llama-server; FORMAT (default markdown) as `--format` takes it.
+ratios() { # KIND...
+  local kind
+  for kind in "$@"; do
+    if [ -f "$OUT/llama-$kind.json" ] && [ -f "$OUT/rillm-$kind.json" ]; then
+      echo "### $kind"
+      "$BENCH" bench compare "$OUT/llama-$kind.json" "$OUT/rillm-$kind.json" \
+        --label llama-server --label rillm --format "${FORMAT:-markdown}"
+    else
+      echo "$kind: no ratios, a result file is missing in $OUT"
+    fi
+  done
+}

@@ -22,4 +22,4 @@ run_levels() { # name
 start_rillm "$OUT/rillm-server.log"; run_levels rillm; stop_server
 start_llama "$OUT/llama-server.log"; run_levels llama; stop_server
 
-python3 scripts/ratios.py "$OUT" concurrency rate
+ratios concurrency rate

@@ -30,18 +30,11 @@ sweep() { # name
   for f in $FACTORS; do
     i=$((i + 1))
     local rate
-    rate=$(python3 -c "print(round($CAPACITY * $f, 3))")
+    rate=$(awk -v c="$CAPACITY" -v f="$f" 'BEGIN { printf "%.3f", c * f }')
     "$BENCH" bench --url "http://127.0.0.1:$PORT/v1/completions" --temperature 0 --seed "$i" \
       --input-tokens 100,40 --output-tokens 48 --rate "$rate" --requests "$REQUESTS" \
       --ttft-slo-ms "$TTFT_SLO_MS" --output "$OUT/$1-x$f.json" > "$OUT/$1-x$f.txt"
-    python3 - "$OUT/$1-x$f.json" "$1" "$f" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-ttft = (d["latency"].get("ttft_ms") or {}).get("p90")
-print(f"{sys.argv[2]:>12} x{sys.argv[3]:<4} offered {d['offered_requests']:3}  completed {d['completed']:3}  "
-      f"429 {d['rejected_429']:3}  failed {d['failed']:2}  goodput {d['goodput_rps']:.3f} req/s  "
-      f"attainment {d['slo_attainment_pct']:5.1f} %  TTFT p90 {ttft if ttft is None else round(ttft)} ms")
-PY
+    echo "$1 x$f: $(grep -m1 -E 'goodput' "$OUT/$1-x$f.txt" || true)"
   done
 }
 
@@ -55,16 +48,14 @@ for server in $SERVERS; do
   sweep "$server"; stop_server
 done
 
-python3 - "$OUT" "$FACTORS" <<'PY'
-import json, os, sys
-out, factors = sys.argv[1], sys.argv[2].split()
-def g(name, f):
-    path = f"{out}/{name}-x{f}.json"
-    return json.load(open(path))["goodput_rps"] if os.path.exists(path) else None
-print("\ngoodput ratios (x capacity: rillm-slo / llama, rillm / llama, rillm-slo / rillm)")
-for f in factors:
-    slo, plain, llama = g("rillm-slo", f), g("rillm", f), g("llama", f)
-    r = lambda a, b: "-" if a is None or b is None else f"{a / b:.2f}" if b else ("inf" if a else "-")
-    v = lambda a: "    -" if a is None else f"{a:.3f}"
-    print(f"  x{f:<4} {v(slo)} {v(plain)} {v(llama)}   {r(slo, llama):>5} {r(plain, llama):>5} {r(slo, plain):>5}")
-PY
+# Per load factor, every server's figures and their ratios to llama-server (or the first present).
+for f in $FACTORS; do
+  files=(); labels=()
+  for server in llama rillm rillm-slo; do
+    if [ -f "$OUT/$server-x$f.json" ]; then files+=("$OUT/$server-x$f.json"); labels+=(--label "$server"); fi
+  done
+  if [ "${#files[@]}" -ge 2 ]; then
+    echo "### x$f of capacity"
+    "$BENCH" bench compare "${files[@]}" "${labels[@]}" --format "${FORMAT:-text}"
+  fi
+done

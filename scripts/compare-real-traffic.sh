@@ -17,7 +17,7 @@
 #              question, Poisson 2 req/s
 # RATES="1,2,4" makes recurring and prefix sweep those Poisson rates instead of 2 req/s (each
 # level of recurring sends its own 40 prompts twice; prefix keeps its 4 system prompts and
-# draws new questions), and ratios.py then names each server's sustainable rate: the highest
+# draws new questions), and `rillm bench compare` then names each server's sustainable rate: the highest
 # swept rate with >= 90 % of requests within the TTFT SLO (500 ms).
 # SERVERS="rillm llama" picks which servers run (ratios for the workloads OUT_DIR has both of).
 # Prompts have exact token lengths on both servers: the bench counts them with each
@@ -69,4 +69,4 @@ for server in $SERVERS; do
 done
 
 # shellcheck disable=SC2086
-python3 scripts/ratios.py "$OUT" $WORKLOADS
+ratios $WORKLOADS

@@ -24,6 +24,37 @@ pub struct CompareArgs {
     /// Compare even when the workloads differ (the differences are still listed).
     #[arg(long)]
     pub force: bool,
+    /// How the comparison is printed: a terminal table, Markdown tables (for docs), or
+    /// JSON (every figure and ratio, for scripts).
+    #[arg(long, value_enum, default_value_t = CompareFormat::Text)]
+    pub format: CompareFormat,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompareFormat {
+    Text,
+    Markdown,
+    Json,
+}
+
+/// The SLO attainment at which a rate counts as sustained: at least this share of the
+/// offered requests met every SLO.
+pub const SUSTAINED_ATTAINMENT_PCT: f64 = 90.0;
+
+/// A sweep's sustainable rate: the highest requested rate at which at least
+/// [`SUSTAINED_ATTAINMENT_PCT`] % of the offered requests met the SLOs. `None` when no level
+/// did, or the levels are not rates (concurrency, a trace).
+pub fn sustainable_rate(levels: &[BenchResult]) -> Option<f64> {
+    levels
+        .iter()
+        .filter(|level| level.slo_attainment_pct >= SUSTAINED_ATTAINMENT_PCT)
+        .filter_map(|level| level.load.requested_rate_rps)
+        .max_by(f64::total_cmp)
+}
+
+/// Whether the runs are sweeps of rates, where a sustainable rate means something.
+pub fn is_rate_sweep(run: &Run) -> bool {
+    run.levels.len() > 1 && run.levels.iter().all(|l| l.load.requested_rate_rps.is_some())
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -120,8 +151,9 @@ pub fn differences(runs: &[Run]) -> Vec<String> {
     out
 }
 
-/// Loads, checks and compares; returns the terminal table (and writes the HTML page).
-pub fn run(args: &CompareArgs) -> Result<String, CompareError> {
+/// Loads the files and checks that they measured the same workload; returns the runs and
+/// the differences (empty unless `--force` let differing runs through).
+pub fn load_all(args: &CompareArgs) -> Result<(Vec<Run>, Vec<String>), CompareError> {
     if !args.labels.is_empty() && args.labels.len() != args.files.len() {
         return Err(CompareError::Labels(args.labels.len(), args.files.len()));
     }
@@ -135,8 +167,5 @@ pub fn run(args: &CompareArgs) -> Result<String, CompareError> {
     if !differences.is_empty() && !args.force {
         return Err(CompareError::Mismatch(differences));
     }
-    if let Some(path) = &args.report {
-        crate::write_file(path, &crate::report::compare::html(&runs, &differences))?;
-    }
-    Ok(crate::report::compare::text(&runs, &differences))
+    Ok((runs, differences))
 }

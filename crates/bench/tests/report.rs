@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rillm_bench::compare::{self, CompareArgs};
+use rillm_bench::compare::{CompareArgs, CompareFormat};
+use rillm_bench::report::compare;
 use serde_json::Value;
 
 mod support;
@@ -33,6 +34,7 @@ fn compare_args(files: &[&Path], report: Option<&Path>) -> CompareArgs {
         labels: vec![],
         report: report.map(Path::to_path_buf),
         force: false,
+        format: CompareFormat::Text,
     }
 }
 
@@ -48,7 +50,9 @@ async fn compare_puts_runs_side_by_side_and_refuses_different_workloads() {
     let (slow, _) = sweep(150, "20,40", "slow").await;
     let page = temp("compare.html");
     let text = compare::run(&compare_args(&[&fast, &slow], Some(&page))).expect("same workload compares");
-    assert_eq!(text.matches("== ").count(), 2, "one block per level: {text}");
+    assert_eq!(text.matches("== ").count(), 3, "the sweep, then one block per level: {text}");
+    // Both levels of the fast mock meet the 100 ms TTFT SLO; the slow mock's none.
+    assert_eq!(row(&text, "sustainable req/s"), ["higher", "40.000", "n/a", "n/a"], "{text}");
     // TTFT p50: lower is better, the slow mock is 140 ms slower (this test may share the
     // cores with Chromium: margins, not exact ratios), and it says so.
     let ttft = row(&text, "TTFT p50 ms");
@@ -60,6 +64,21 @@ async fn compare_puts_runs_side_by_side_and_refuses_different_workloads() {
     let shown: f64 = ttft[3].trim_end_matches('x').parse().unwrap();
     assert!((shown / (b / a) - 1.0).abs() < 0.02, "{text}");
     assert_eq!(row(&text, "offered")[..2], ["12", "12"]);
+    // The same figures as Markdown (for docs) and JSON (for scripts).
+    let mut args = compare_args(&[&fast, &slow], None);
+    args.labels = vec!["fast".into(), "slow".into()];
+    args.format = CompareFormat::Markdown;
+    let markdown = compare::run(&args).unwrap();
+    assert!(markdown.contains("| sustainable req/s | higher | 40.000 | n/a | n/a |"), "{markdown}");
+    assert!(markdown.contains("| metric | better | fast | slow | slow / fast |"), "{markdown}");
+    args.format = CompareFormat::Json;
+    let json: Value = serde_json::from_str(&compare::run(&args).unwrap()).expect("JSON");
+    assert_eq!(json["sustainable_rate_rps"]["values"]["fast"], 40.0, "{json}");
+    assert!(json["sustainable_rate_rps"]["values"]["slow"].is_null(), "{json}");
+    let metrics = json["levels"][0]["metrics"].as_array().expect("metrics");
+    let ttft_json = metrics.iter().find(|m| m["metric"] == "TTFT p50 ms").expect("TTFT p50");
+    let ratio = ttft_json["ratios"]["slow/fast"].as_f64().expect("a ratio");
+    assert!((ratio / (b / a) - 1.0).abs() < 0.02, "{ttft_json}");
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(html.contains("fast (A, baseline)") && html.contains("<td class=\"num worse\">"), "ratio cells marked");
     assert_eq!(html.matches("<svg").count(), 2 + 2 * 2, "sweep charts and two CDFs per level");

@@ -61,7 +61,7 @@ pub fn command(command: BenchCommand) -> anyhow::Result<()> {
 }
 
 fn compare(args: &CompareArgs) -> anyhow::Result<()> {
-    print!("{}", rillm_bench::compare::run(args)?);
+    print!("{}", rillm_bench::report::compare::run(args)?);
     if let Some(path) = &args.report {
         eprintln!("rillm: wrote {}", path.display());
     }

@@ -3,12 +3,28 @@
 
 use std::fmt::Write;
 
+use serde_json::{json, Value};
+
 use super::charts::{Chart, Guide, Series};
 use super::html::{subtitle, sweep_charts, tpot_samples, ttft_samples};
 use super::level_name;
 use super::page::{card, escape, json_details, page, table, warning, Cell};
-use crate::compare::Run;
+use crate::compare::{is_rate_sweep, load_all, sustainable_rate, CompareArgs, CompareError, CompareFormat, Run};
 use crate::result::BenchResult;
+
+/// `rillm bench compare`: loads and checks the runs, writes the HTML page when asked, and
+/// returns the comparison in the format asked for.
+pub fn run(args: &CompareArgs) -> Result<String, CompareError> {
+    let (runs, differences) = load_all(args)?;
+    if let Some(path) = &args.report {
+        crate::write_file(path, &html(&runs, &differences))?;
+    }
+    Ok(match args.format {
+        CompareFormat::Text => text(&runs, &differences),
+        CompareFormat::Markdown => markdown(&runs, &differences),
+        CompareFormat::Json => serde_json::to_string_pretty(&to_json(&runs, &differences)).unwrap_or_default() + "\n",
+    })
+}
 
 #[derive(Clone, Copy, PartialEq)]
 enum Better {
@@ -71,6 +87,56 @@ const METRICS: &[Metric] = &[
     },
 ];
 
+/// One metric of one level, across the runs.
+struct Row {
+    name: String,
+    better: Better,
+    digits: usize,
+    values: Vec<Option<f64>>,
+}
+
+impl Row {
+    fn value(&self, i: usize) -> String {
+        self.values[i].map_or_else(|| "n/a".into(), |v| format!("{v:.prec$}", prec = self.digits))
+    }
+
+    /// Run `i`'s ratio to the baseline.
+    fn ratio(&self, i: usize) -> (String, &'static str) {
+        ratio(self.values[0], self.values[i], self.better)
+    }
+}
+
+/// Level `l`'s rows: every metric, then TTFT p50 per turn index (sessions).
+fn rows(runs: &[Run], l: usize) -> Vec<Row> {
+    let mut rows: Vec<Row> = METRICS
+        .iter()
+        .map(|m| Row {
+            name: m.name.to_string(),
+            better: m.better,
+            digits: m.digits,
+            values: runs.iter().map(|run| (m.get)(&run.levels[l])).collect(),
+        })
+        .collect();
+    let turns = runs[0].levels[l].per_turn.as_deref().unwrap_or_default();
+    for turn in turns.iter().map(|t| t.turn) {
+        let p50 =
+            |level: &BenchResult| level.per_turn.as_deref()?.iter().find(|t| t.turn == turn)?.ttft_ms.map(|d| d.p50);
+        let values = runs.iter().map(|run| p50(&run.levels[l])).collect();
+        rows.push(Row { name: format!("turn {turn} TTFT p50 ms"), better: Better::Lower, digits: 1, values });
+    }
+    rows
+}
+
+/// The sweep's sustainable rate per run, as a row (rate sweeps only).
+fn sustainable_row(runs: &[Run]) -> Option<Row> {
+    runs.iter().all(is_rate_sweep).then(|| Row {
+        name: "sustainable req/s".into(),
+        better: Better::Higher,
+        digits: 3,
+        values: runs.iter().map(|run| sustainable_rate(&run.levels)).collect(),
+    })
+}
+
 /// Ratios within this of 1 are called even: these machines are noisier than that anyway.
 const EVEN: f64 = 0.05;
 
@@ -99,12 +165,8 @@ fn ratio(a: Option<f64>, b: Option<f64>, better: Better) -> (String, &'static st
     (format!("{r:.2}x"), class)
 }
 
-fn value(m: &Metric, r: &BenchResult) -> String {
-    (m.get)(r).map_or_else(|| "n/a".into(), |v| format!("{v:.prec$}", prec = m.digits))
-}
-
-fn direction(m: &Metric) -> &'static str {
-    match m.better {
+fn direction(better: Better) -> &'static str {
+    match better {
         Better::Higher => "higher",
         Better::Lower => "lower",
         Better::Neither => "",
@@ -127,29 +189,117 @@ pub fn text(runs: &[Run], differences: &[String]) -> String {
     if !differences.is_empty() {
         let _ = writeln!(out, "WORKLOADS DIFFER (--force):\n  {}", differences.join("\n  "));
     }
+    let mut header = format!("  {:<26} {:>7}", "metric", "better");
+    for run in runs {
+        let _ = write!(header, " {:>13}", clip(&run.label, 13));
+    }
+    for run in &runs[1..] {
+        let _ = write!(header, " {:>18}", clip(&format!("{}/{}", run.label, base.label), 18));
+    }
+    let text_row = |out: &mut String, row: &Row| {
+        let _ = write!(out, "  {:<26} {:>7}", row.name, direction(row.better));
+        for i in 0..runs.len() {
+            let _ = write!(out, " {:>13}", row.value(i));
+        }
+        for i in 1..runs.len() {
+            let (text, class) = row.ratio(i);
+            let _ = write!(out, " {:>18}", format!("{text} {class}").trim_end());
+        }
+        out.push('\n');
+    };
+    if let Some(row) = sustainable_row(runs) {
+        let _ = writeln!(
+            out,
+            "\n== the sweep (>= {} % SLO attainment) ==\n{header}",
+            crate::compare::SUSTAINED_ATTAINMENT_PCT
+        );
+        text_row(&mut out, &row);
+    }
     for l in 0..level_count(runs) {
-        let _ = writeln!(out, "\n== {} ==", level_name(&base.levels[l]));
-        let mut header = format!("  {:<20} {:>7}", "metric", "better");
-        for run in runs {
-            let _ = write!(header, " {:>13}", clip(&run.label, 13));
-        }
-        for run in &runs[1..] {
-            let _ = write!(header, " {:>18}", clip(&format!("{}/{}", run.label, base.label), 18));
-        }
-        let _ = writeln!(out, "{header}");
-        for m in METRICS {
-            let _ = write!(out, "  {:<20} {:>7}", m.name, direction(m));
-            for run in runs {
-                let _ = write!(out, " {:>13}", value(m, &run.levels[l]));
-            }
-            for run in &runs[1..] {
-                let (text, class) = ratio((m.get)(&base.levels[l]), (m.get)(&run.levels[l]), m.better);
-                let _ = write!(out, " {:>18}", format!("{text} {class}").trim_end());
-            }
-            out.push('\n');
+        let _ = writeln!(out, "\n== {} ==\n{header}", level_name(&base.levels[l]));
+        for row in rows(runs, l) {
+            text_row(&mut out, &row);
         }
     }
     out
+}
+
+/// Markdown tables, for docs: the sweep's sustainable rate, then one table per level.
+pub fn markdown(runs: &[Run], differences: &[String]) -> String {
+    let mut out = String::new();
+    let Some(base) = runs.first() else { return out };
+    if !differences.is_empty() {
+        let _ = writeln!(out, "Workloads differ (compared with --force): {}\n", differences.join("; "));
+    }
+    let mut header = String::from("| metric | better |");
+    let mut rule = String::from("| --- | --- |");
+    for run in runs {
+        let _ = write!(header, " {} |", run.label);
+        rule.push_str(" ---: |");
+    }
+    for run in &runs[1..] {
+        let _ = write!(header, " {} / {} |", run.label, base.label);
+        rule.push_str(" ---: |");
+    }
+    let md_row = |out: &mut String, row: &Row| {
+        let _ = write!(out, "| {} | {} |", row.name, direction(row.better));
+        for i in 0..runs.len() {
+            let _ = write!(out, " {} |", row.value(i));
+        }
+        for i in 1..runs.len() {
+            let (text, class) = row.ratio(i);
+            let _ = write!(out, " {} |", format!("{text} {class}").trim_end());
+        }
+        out.push('\n');
+    };
+    let mut sections: Vec<(String, Vec<Row>)> = Vec::new();
+    if let Some(row) = sustainable_row(runs) {
+        let title = format!("the sweep (>= {} % SLO attainment)", crate::compare::SUSTAINED_ATTAINMENT_PCT);
+        sections.push((title, vec![row]));
+    }
+    for l in 0..level_count(runs) {
+        sections.push((level_name(&base.levels[l]), rows(runs, l)));
+    }
+    for (title, rows) in sections {
+        let _ = writeln!(out, "**{title}**\n\n{header}\n{rule}");
+        for row in &rows {
+            md_row(&mut out, row);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Every figure and ratio, for scripts.
+pub fn to_json(runs: &[Run], differences: &[String]) -> Value {
+    let Some(base) = runs.first() else { return json!({}) };
+    let row_json = |row: &Row| {
+        let values: serde_json::Map<String, Value> =
+            runs.iter().zip(&row.values).map(|(run, v)| (run.label.clone(), json!(v))).collect();
+        let ratios: serde_json::Map<String, Value> = runs[1..]
+            .iter()
+            .zip(&row.values[1..])
+            .map(|(run, v)| {
+                let ratio = match (row.values[0], v) {
+                    (Some(a), Some(b)) if a != 0.0 => json!(b / a),
+                    _ => Value::Null,
+                };
+                (format!("{}/{}", run.label, base.label), ratio)
+            })
+            .collect();
+        json!({"metric": row.name, "better": direction(row.better), "values": values, "ratios": ratios})
+    };
+    let levels: Vec<Value> = (0..level_count(runs))
+        .map(|l| json!({"level": level_name(&base.levels[l]), "metrics": rows(runs, l).iter().map(row_json).collect::<Vec<_>>()}))
+        .collect();
+    json!({
+        "runs": runs.iter().map(|r| json!({"label": r.label, "path": r.path, "url": r.levels[0].url})).collect::<Vec<_>>(),
+        "baseline": base.label,
+        "differences": differences,
+        "sustained_attainment_pct": crate::compare::SUSTAINED_ATTAINMENT_PCT,
+        "sustainable_rate_rps": sustainable_row(runs).map(|row| row_json(&row)),
+        "levels": levels,
+    })
 }
 
 fn clip(s: &str, n: usize) -> String {
@@ -195,6 +345,19 @@ pub fn html(runs: &[Run], differences: &[String]) -> String {
             body.push_str(&chart.render());
         }
         body.push_str("</div>");
+        if let Some(row) = sustainable_row(runs) {
+            body.push_str("<div class=\"cards\">");
+            for (i, run) in runs.iter().enumerate() {
+                let label = format!(
+                    "{}: sustainable req/s (≥ {} % SLO attainment)",
+                    run.label,
+                    crate::compare::SUSTAINED_ATTAINMENT_PCT
+                );
+                let ratio = if i == 0 { String::new() } else { format!(" ({})", row.ratio(i).0) };
+                card(&mut body, &label, &format!("{}{ratio}", row.value(i)), false);
+            }
+            body.push_str("</div>");
+        }
     }
     for l in 0..levels {
         let _ = write!(body, "<h2>{}</h2>", escape(&level_name(&base.levels[l])));
@@ -241,18 +404,17 @@ fn level_cards(body: &mut String, runs: &[Run], l: usize) {
 }
 
 fn level_table(body: &mut String, runs: &[Run], l: usize) {
-    let base = &runs[0].levels[l];
     let ratio_headers: Vec<String> = runs[1..].iter().map(|r| format!("{} / {}", r.label, runs[0].label)).collect();
     let mut header: Vec<&str> = vec!["metric", "better"];
     header.extend(runs.iter().map(|r| r.label.as_str()));
     header.extend(ratio_headers.iter().map(String::as_str));
-    let rows: Vec<(&str, Vec<Cell>)> = METRICS
+    let rows: Vec<(&str, Vec<Cell>)> = rows(runs, l)
         .iter()
-        .map(|m| {
-            let mut cells = vec![Cell::plain(m.name), Cell::plain(direction(m))];
-            cells.extend(runs.iter().map(|run| Cell::plain(value(m, &run.levels[l]))));
-            for run in &runs[1..] {
-                let (text, class) = ratio((m.get)(base), (m.get)(&run.levels[l]), m.better);
+        .map(|row| {
+            let mut cells = vec![Cell::plain(row.name.clone()), Cell::plain(direction(row.better))];
+            cells.extend((0..runs.len()).map(|i| Cell::plain(row.value(i))));
+            for i in 1..runs.len() {
+                let (text, class) = row.ratio(i);
                 cells.push(Cell { text, class });
             }
             ("", cells)
