@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use crate::conversation::{Session, Turn};
 use crate::protocol::{PromptSpec, RequestSpec};
 use crate::tools::ToolSet;
-use crate::workload::{Session, Turn};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DatasetError {

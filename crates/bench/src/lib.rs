@@ -8,11 +8,13 @@
 pub mod args;
 pub mod client;
 pub mod compare;
+pub mod conversation;
 pub mod dataset;
 pub mod lengths;
 mod limits;
 pub mod merge;
 pub mod mock;
+pub mod plan;
 pub mod protocol;
 pub mod report;
 pub mod result;
@@ -37,9 +39,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 pub use args::BenchArgs;
+use plan::{Amount, LevelPlan, Load};
 use protocol::{BodyOptions, PromptSpec, RequestSpec};
 use result::{BenchResult, LoadDescription, LoadMode, RunFacts, Slos};
-use runner::{Amount, LevelPlan, Load};
 use workload::Workload;
 
 /// Requests per level (or trace records) when neither --requests nor --duration is given.

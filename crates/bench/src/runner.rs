@@ -9,50 +9,10 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::task::JoinSet;
 
-use crate::client::{ms, send, RequestRecord, Target};
-use crate::protocol::{request_body, BodyOptions, Protocol, RequestSpec};
-use crate::schedule::{arrival_times, Arrival};
+use crate::client::{ms, RequestRecord};
+use crate::plan::{Amount, LevelPlan, Load};
+use crate::schedule::arrival_times;
 use crate::workload::Workload;
-
-#[derive(Debug, Clone, Copy)]
-pub enum Load {
-    Rate {
-        rate: f64,
-        arrival: Arrival,
-        burstiness: f64,
-    },
-    Concurrency(usize),
-    /// At the workload's own recorded times (a trace).
-    Replay,
-}
-
-#[derive(Debug, Clone, Copy)]
-pub enum Amount {
-    Requests(usize),
-    Duration(Duration),
-}
-
-pub struct LevelPlan {
-    pub targets: Arc<crate::targets::Targets>,
-    pub protocol: Protocol,
-    pub api_key: Option<String>,
-    pub workload: Arc<Workload>,
-    pub body: BodyOptions,
-    pub load: Load,
-    pub amount: Amount,
-    pub max_inflight: Option<usize>,
-    pub timeout: Duration,
-    pub seed: u64,
-    pub progress: bool,
-    /// Where in the prompt pool this level's share starts: each level of a sweep sends its
-    /// own prompts, so no level finds the one before it in a server's prefix cache.
-    pub first_prompt: usize,
-    /// How many prompts the level's share holds; the level cycles through them, so
-    /// recurring prompts recur within their level.
-    pub level_prompts: usize,
-    /// Send only this shard's arrivals of the schedule (indices stay the full run's).
-    pub shard: Option<crate::shard::Shard>,
-}
 
 pub struct LevelOutcome {
     pub records: Vec<RequestRecord>,
@@ -61,44 +21,6 @@ pub struct LevelOutcome {
     /// Sessions cut short by a failed or rejected turn, and the turns never sent.
     pub sessions_cut: usize,
     pub turns_not_sent: usize,
-}
-
-impl LevelPlan {
-    /// The `i`-th independent request: cycled prompts, or the trace's `i`-th.
-    fn spec(&self, i: usize) -> &RequestSpec {
-        match &*self.workload {
-            Workload::Requests(specs) => &specs[(self.first_prompt + i % self.level_prompts.max(1)) % specs.len()],
-            Workload::Trace(requests) => &requests[i].spec,
-            Workload::Sessions(_) => unreachable!("sessions are driven by session::run"),
-        }
-    }
-
-    /// Sends one request to endpoint `to` (of `targets`) and labels its record.
-    pub async fn send(
-        &self,
-        client: &reqwest::Client,
-        spec: &RequestSpec,
-        index: usize,
-        to: usize,
-        start: Instant,
-        scheduled_ms: f64,
-    ) -> RequestRecord {
-        let body = request_body(self.protocol, spec, &self.body);
-        let _in_flight = self.targets.begin(to);
-        let mut record = send(&target(client, self, to), &body, start, scheduled_ms).await;
-        record.index = index;
-        record.target = to;
-        record.prompt_tokens = record.prompt_tokens.or(spec.prompt_tokens);
-        if let Some(constraint) = spec.constraint.as_ref().filter(|_| record.status == crate::client::Status::Completed)
-        {
-            record.output_check = Some(constraint.check(&record.text));
-        }
-        if let Some(tools) = spec.tools(&self.body).filter(|_| record.status == crate::client::Status::Completed) {
-            let cut = record.finish_reason.as_deref() == Some("length");
-            record.call_check = Some(tools.check(&mut record.tool_calls, cut));
-        }
-        record
-    }
 }
 
 pub async fn run_level(client: &reqwest::Client, plan: Arc<LevelPlan>) -> LevelOutcome {
@@ -144,11 +66,6 @@ pub async fn run_level(client: &reqwest::Client, plan: Arc<LevelPlan>) -> LevelO
         sessions_cut,
         turns_not_sent,
     }
-}
-
-pub fn target<'a>(client: &'a reqwest::Client, plan: &'a LevelPlan, to: usize) -> Target<'a> {
-    let url = plan.targets.url(to);
-    Target { client, url, protocol: plan.protocol, api_key: plan.api_key.as_deref(), timeout: plan.timeout }
 }
 
 /// Sends request `i` at `times[i]` seconds from `start`, never waiting for responses.

@@ -13,10 +13,10 @@ use serde_json::json;
 use tokio::task::JoinSet;
 
 use crate::client::{ms, RequestRecord, Status};
+use crate::conversation::Session;
+use crate::plan::{Amount, LevelPlan, Load};
 use crate::protocol::{PromptSpec, RequestSpec};
-use crate::runner::{Amount, LevelPlan, Load};
 use crate::schedule::arrival_times;
-use crate::workload::Session;
 
 pub struct SessionsOutcome {
     pub records: Vec<RequestRecord>,

@@ -8,6 +8,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 use crate::args::BenchArgs;
+use crate::conversation::{Session, Turn};
 use crate::lengths::LengthDist;
 use crate::protocol::{PromptSpec, Protocol, RequestSpec};
 use crate::structured::{self, ConstraintArgs, ResponseFormat};
@@ -21,23 +22,6 @@ use crate::{dataset, BenchError};
 pub struct TimedRequest {
     pub at_s: f64,
     pub spec: RequestSpec,
-}
-
-/// A conversation: each turn is sent after the previous reply, with that live reply in
-/// the history.
-#[derive(Debug, Clone)]
-pub struct Session {
-    pub id: Arc<str>,
-    pub turns: Vec<Turn>,
-}
-
-#[derive(Debug, Clone)]
-pub struct Turn {
-    /// Appended to the history before the turn is sent (usually one user message).
-    pub messages: Vec<Value>,
-    pub max_tokens: u32,
-    /// Think time after the previous reply.
-    pub delay_ms: f64,
 }
 
 #[derive(Debug, Clone)]
