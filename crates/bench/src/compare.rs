@@ -107,7 +107,7 @@ pub fn load(path: &Path, label: Option<String>) -> Result<Run, CompareError> {
 fn fingerprint(run: &Run) -> Vec<(String, Value)> {
     let first = &run.levels[0];
     let mut facts = Vec::new();
-    if let Value::Object(workload) = &first.run_context["workload"] {
+    if let Value::Object(workload) = &first.run_context.workload {
         for (key, value) in workload.iter().filter(|(k, _)| k.as_str() != "source") {
             facts.push((format!("workload.{key}"), comparable(key, value)));
         }

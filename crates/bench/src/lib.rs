@@ -8,6 +8,7 @@
 pub mod args;
 pub mod client;
 pub mod compare;
+pub mod context;
 pub mod conversation;
 pub mod dataset;
 pub mod lengths;
@@ -31,6 +32,7 @@ pub mod think;
 pub mod tokens;
 pub mod tools;
 pub mod trace;
+mod validate;
 pub mod workload;
 
 use std::sync::Arc;
@@ -112,19 +114,12 @@ impl BenchOutput {
 }
 
 pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, BenchError> {
-    let url = args.url.first().cloned().ok_or_else(|| BenchError::Args("--url is required".into()))?;
-    let protocol = args.protocol.resolve(&url).map_err(BenchError::Args)?;
-    if let Some(other) = args.url.iter().find(|u| args.protocol.resolve(u).ok() != Some(protocol)) {
-        return Err(BenchError::Args(format!(
-            "every --url must take the same protocol ({protocol:?} for {url}); {other} does not"
-        )));
-    }
+    let protocol = args.validate().map_err(BenchError::Args)?;
+    let url = args.url[0].clone();
     let targets = Arc::new(targets::Targets::new(args.url.clone(), args.balance));
     if args.protocol == args::ProtocolArg::Auto {
         eprintln!("rillm bench: protocol {protocol:?} (picked from the URL path; --protocol overrides)");
     }
-    check_workload_args(&args)?;
-    check_shard_args(&args)?;
     let output_counter = args.tokenizer.as_deref().map(tokens::TokenCounter::from_file).transpose()?;
     let client = reqwest::Client::builder()
         .tcp_nodelay(true)
@@ -145,7 +140,7 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     };
     // One pool holds every level's prompts, each level its own share of it.
     let per_level = pool_size(&args, amount);
-    let loads = levels(&args)?;
+    let loads = levels(&args);
     let pool = per_level.saturating_mul(loads.len()).min(MAX_POOL);
     // With --distinct-prompts a level's share is its N prompts, sent in turn.
     let level_prompts = workload::recurring_per_level(args.distinct_prompts, pool, loads.len()).unwrap_or(per_level);
@@ -156,9 +151,6 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     built = workload::recorded_tools(built, protocol, args.tools.is_some()).map_err(BenchError::Args)?;
     let tools = match &args.tools {
         Some(path) => {
-            if protocol != protocol::Protocol::Chat {
-                return Err(BenchError::Args("--tools needs the chat protocol (/v1/chat/completions)".into()));
-            }
             let tools = tools::ToolSet::load(path, &args.tool_choice, args.tool_result_tokens, args.max_tool_rounds)?;
             built = workload::with_tools(built, path, &tools);
             Some(tools)
@@ -181,10 +173,10 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     };
     let timeout = Duration::from_secs_f64(args.timeout.max(0.001));
     let slos = Slos { ttft_ms: args.ttft_slo_ms, tpot_ms: args.tpot_slo_ms, e2e_ms: args.e2e_slo_ms };
-    let mut run_context = run_context(&args, model.as_deref(), &command_line);
-    run_context["workload"] = built.description;
+    let mut run_context = context::RunContext::new(&args, model.as_deref(), &command_line);
+    run_context.workload = built.description;
     // With the description, what `bench compare` needs to know two runs sent the same requests.
-    if let Some(workload) = run_context["workload"].as_object_mut() {
+    if let Some(workload) = run_context.workload.as_object_mut() {
         workload.insert("seed".into(), json!(args.seed));
         let per_level = match amount {
             Amount::Requests(n) => json!({ "requests": n }),
@@ -222,12 +214,8 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
         None => None,
     };
     if let Some(s) = args.shard {
-        run_context["shard"] = json!({
-            "index": s.index,
-            "count": s.count,
-            "start_at_unix_ms": args.start_at,
-            "late_ms": late_ms,
-        });
+        run_context.shard =
+            Some(context::ShardContext { index: s.index, count: s.count, start_at_unix_ms: args.start_at, late_ms });
     }
     let mut results = Vec::new();
     for (level, load) in loads.into_iter().enumerate() {
@@ -248,7 +236,7 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
             shard: args.shard,
         });
         let mut level_context = run_context.clone();
-        level_context["started_unix_ms"] = json!(shard::unix_ms_now());
+        level_context.started_unix_ms = Some(shard::unix_ms_now());
         let mut outcome = runner::run_level(&client, plan).await;
         if let Some(counter) = &output_counter {
             estimate_output_tokens(counter, &mut outcome.records);
@@ -305,49 +293,6 @@ fn estimate_output_tokens(counter: &tokens::TokenCounter, records: &mut [client:
     }
 }
 
-/// Sharding splits one open-loop schedule; a sweep's later levels would start whenever each
-/// shard's previous level drained, so shards run one level each.
-fn check_shard_args(args: &BenchArgs) -> Result<(), BenchError> {
-    if args.shard.is_none() {
-        return Ok(());
-    }
-    if !args.concurrency.is_empty() {
-        return Err(BenchError::Args(
-            "--shard splits an open-loop schedule (--rate or --trace): --concurrency has none to split".into(),
-        ));
-    }
-    if args.rate.len() > 1 {
-        return Err(BenchError::Args(
-            "--shard runs one load level: run each rate of a sweep as its own sharded run".into(),
-        ));
-    }
-    if args.trace.is_none() && args.rate.is_empty() {
-        return Err(BenchError::Args("--shard needs --rate (requests or sessions per second) or --trace".into()));
-    }
-    Ok(())
-}
-
-fn check_workload_args(args: &BenchArgs) -> Result<(), BenchError> {
-    let positive =
-        [("--time-scale", args.time_scale), ("--input-scale", args.input_scale), ("--output-scale", args.output_scale)];
-    if let Some((name, v)) = positive.iter().find(|(_, v)| !(v.is_finite() && *v > 0.0)) {
-        return Err(BenchError::Args(format!("{name} must be positive, got {v}")));
-    }
-    if args.trace.is_some() && (!args.rate.is_empty() || !args.concurrency.is_empty()) {
-        return Err(BenchError::Args(
-            "a trace sets its own arrival times: drop --rate/--concurrency (stretch or squeeze it with --time-scale)"
-                .into(),
-        ));
-    }
-    if args.multi_turn && args.dataset.is_none() {
-        return Err(BenchError::Args("--multi-turn needs a ShareGPT --dataset".into()));
-    }
-    if args.sessions == Some(0) {
-        return Err(BenchError::Args("--sessions must be at least 1".into()));
-    }
-    Ok(())
-}
-
 /// The most synthetic prompts made for one run.
 const MAX_POOL: usize = 100_000;
 
@@ -367,29 +312,21 @@ fn pool_size(args: &BenchArgs, amount: Amount) -> usize {
     }
 }
 
-/// The load levels, in order. A trace (the workload `--trace` builds) sets its own times.
-fn levels(args: &BenchArgs) -> Result<Vec<Load>, BenchError> {
+/// The load levels, in order (the arguments validated). A trace (the workload `--trace`
+/// builds) sets its own times.
+fn levels(args: &BenchArgs) -> Vec<Load> {
     if args.trace.is_some() {
-        return Ok(vec![Load::Replay]);
-    }
-    if let Some(bad) = args.rate.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
-        return Err(BenchError::Args(format!("--rate must be positive, got {bad}")));
-    }
-    if args.burstiness <= 0.0 {
-        return Err(BenchError::Args("--burstiness must be positive".into()));
+        return vec![Load::Replay];
     }
     if !args.rate.is_empty() {
-        return Ok(args
+        return args
             .rate
             .iter()
             .map(|&rate| Load::Rate { rate, arrival: args.arrival, burstiness: args.burstiness })
-            .collect());
-    }
-    if args.concurrency.contains(&0) {
-        return Err(BenchError::Args("--concurrency must be at least 1".into()));
+            .collect();
     }
     let levels = if args.concurrency.is_empty() { vec![1] } else { args.concurrency.clone() };
-    Ok(levels.into_iter().map(Load::Concurrency).collect())
+    levels.into_iter().map(Load::Concurrency).collect()
 }
 
 fn describe(load: Load, max_inflight: Option<usize>) -> LoadDescription {
@@ -422,7 +359,7 @@ fn describe(load: Load, max_inflight: Option<usize>) -> LoadDescription {
 }
 
 /// `scheme://host:port` of a URL.
-fn origin(url: &str) -> &str {
+pub(crate) fn origin(url: &str) -> &str {
     let after_scheme = url.find("://").map_or(0, |i| i + 3);
     url[after_scheme..].find('/').map_or(url, |i| &url[..after_scheme + i])
 }
@@ -436,58 +373,10 @@ async fn discover_model(client: &reqwest::Client, url: &str, api_key: Option<&st
     models["data"][0]["id"].as_str().map(str::to_string)
 }
 
-fn run_context(args: &BenchArgs, model: Option<&str>, command: &str) -> Value {
-    let mut hashes = serde_json::Map::new();
-    if let Some(exe) = std::env::current_exe().ok().and_then(|p| sha256_file(&p).map(|h| (p, h))) {
-        hashes.insert(format!("rillm:{}", exe.0.display()), json!(exe.1));
-    }
-    for input in [&args.dataset, &args.trace, &args.tokenizer].into_iter().flatten() {
-        if let Some(h) = sha256_file(input) {
-            hashes.insert(input.display().to_string(), json!(h));
-        }
-    }
-    let host = origin(args.url.first().map_or("", String::as_str));
-    let loopback =
-        ["127.", "localhost", "[::1]"].iter().any(|h| host.split("://").nth(1).is_some_and(|x| x.starts_with(h)));
-    let device = args.device.clone().unwrap_or_else(|| {
-        if loopback {
-            format!("this machine: {}", machine_description())
-        } else {
-            "unknown (remote server; pass --device)".into()
-        }
-    });
-    let scope = args.scope.clone().unwrap_or_else(|| {
-        "Live requests from one client against one server endpoint; not a production load test.".to_string()
-    });
-    json!({
-        "model": model.unwrap_or("unknown"),
-        "revision": "unknown",
-        "license": "unknown",
-        "device": device,
-        "command": command,
-        "source_sha256": hashes,
-        "scope": scope,
-    })
-}
-
 pub(crate) fn sha256_file(path: &std::path::Path) -> Option<String> {
     use sha2::{Digest, Sha256};
     let mut file = std::fs::File::open(path).ok()?;
     let mut hasher = Sha256::new();
     std::io::copy(&mut file, &mut hasher).ok()?;
     Some(format!("{:x}", hasher.finalize()))
-}
-
-fn machine_description() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|s| s.trim().to_string())
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    format!("{cpu}, {cores} cores, CPU only")
 }

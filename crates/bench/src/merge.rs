@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 
-use serde_json::{json, Value};
+use crate::context::MergedContext;
 
 use crate::compare::{self, CompareError, Run};
 use crate::result::{self, BenchResult, RunFacts};
@@ -48,7 +48,7 @@ pub enum MergeError {
 fn shard_of(run: &Run) -> Result<Shard, MergeError> {
     let not_a_shard = || MergeError::NotAShard(run.path.display().to_string());
     let [level] = run.levels.as_slice() else { return Err(not_a_shard()) };
-    serde_json::from_value(level.run_context["shard"].clone()).map_err(|_| not_a_shard())
+    level.run_context.shard.map(|s| s.shard()).ok_or_else(not_a_shard)
 }
 
 /// The shards, checked and put in shard order.
@@ -83,7 +83,7 @@ fn check(mut runs: Vec<Run>) -> Result<Vec<(Shard, Run)>, MergeError> {
 /// One result from the shards' records, on the clock of the shard that started first.
 pub fn merge(runs: Vec<Run>) -> Result<BenchResult, MergeError> {
     let shards = check(runs)?;
-    let started = |r: &BenchResult| r.run_context["started_unix_ms"].as_u64().unwrap_or(0);
+    let started = |r: &BenchResult| r.run_context.started_unix_ms.unwrap_or(0);
     let base = shards.iter().map(|(_, run)| started(&run.levels[0])).min().unwrap_or(0);
     let mut records = Vec::new();
     let mut owner = std::collections::HashMap::new();
@@ -118,19 +118,14 @@ pub fn merge(runs: Vec<Run>) -> Result<BenchResult, MergeError> {
         notes.push(format!("The shards targeted {} URLs.", urls.len()));
     }
     let mut run_context = first.run_context.clone();
-    if let Some(context) = run_context.as_object_mut() {
-        context.remove("shard");
-        context.insert("started_unix_ms".into(), json!(base));
-        context.insert(
-            "merged".into(),
-            json!({
-                "shards": shards.len(),
-                "files": shards.iter().map(|(_, r)| r.path.display().to_string()).collect::<Vec<_>>(),
-                "start_spread_ms": spread_ms,
-                "late_ms": shards.iter().map(|(_, r)| r.levels[0].run_context["shard"]["late_ms"].clone()).collect::<Value>(),
-            }),
-        );
-    }
+    run_context.shard = None;
+    run_context.started_unix_ms = Some(base);
+    run_context.merged = Some(MergedContext {
+        shards: shards.len(),
+        files: shards.iter().map(|(_, r)| r.path.display().to_string()).collect(),
+        start_spread_ms: spread_ms,
+        late_ms: shards.iter().map(|(_, r)| r.levels[0].run_context.shard.and_then(|s| s.late_ms)).collect(),
+    });
     let mut merged = result::build(RunFacts {
         url: first.url.clone(),
         urls: first.urls.clone(),

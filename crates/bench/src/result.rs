@@ -2,7 +2,6 @@
 //! plus the rest of what a run measured.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::client::{RequestRecord, Status};
 pub use crate::slo::Slos;
@@ -265,7 +264,7 @@ pub struct BenchResult {
     pub ttft_goodput_rps: f64,
     pub requests: Vec<RequestJson>,
     pub limits: String,
-    pub run_context: Value,
+    pub run_context: crate::context::RunContext,
     // What rillm adds.
     pub url: String,
     /// Every endpoint loaded, when there were several (`url` is the first).
@@ -321,7 +320,7 @@ pub struct RunFacts {
     pub records: Vec<RequestRecord>,
     pub wall_s: f64,
     pub client_cpu_s: f64,
-    pub run_context: Value,
+    pub run_context: crate::context::RunContext,
     /// Workload facts for `limits` (how prompts were made).
     pub notes: Vec<String>,
     pub sessions: Option<SessionCounts>,

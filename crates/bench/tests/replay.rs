@@ -53,7 +53,7 @@ async fn an_azure_trace_replays_at_its_scaled_times_with_exact_lengths_and_prove
     let outputs: Vec<Option<u32>> = r.requests.iter().map(|q| q.completion_tokens).collect();
     assert_eq!(outputs, [5, 10, 12, 12, 12].map(Some), "scaled, then capped");
     assert_eq!(r.requests.iter().map(|q| q.index).collect::<Vec<_>>(), vec![0, 1, 2, 3, 4]);
-    let w = &r.run_context["workload"];
+    let w = &r.run_context.workload;
     assert_eq!((w["kind"].as_str(), w["format"].as_str()), (Some("trace"), Some("azure")));
     assert_eq!((w["scaling"]["time_scale"].as_f64(), w["scaling"]["input_scale"].as_f64()), (Some(0.5), Some(0.5)));
     assert_eq!(w["sha256"].as_str().map(str::len), Some(64));
@@ -97,7 +97,7 @@ async fn exponential_think_times_spread_the_next_turns_of_sessions() {
     );
     let r = &bench(&args).await[0];
     assert_eq!(r.completed, 12, "{}", r.limits);
-    assert_eq!(r.run_context["workload"]["think_ms"]["kind"], "exp");
+    assert_eq!(r.run_context.workload["think_ms"]["kind"], "exp");
     let mut gaps = Vec::new();
     for s in 0..4 {
         let id = format!("s{s}");
@@ -163,7 +163,7 @@ async fn synthetic_sessions_and_shared_prefixes_have_the_lengths_asked_for() {
     let r = &bench(&args).await[0];
     let prompts: Vec<(Option<u32>, Option<u32>)> = r.requests.iter().map(|q| (q.turn, q.prompt_tokens)).collect();
     assert_eq!(prompts, vec![(Some(1), Some(30)), (Some(2), Some(45)), (Some(1), Some(30)), (Some(2), Some(45))]);
-    assert_eq!(r.run_context["workload"]["kind"], "sessions");
+    assert_eq!(r.run_context.workload["kind"], "sessions");
 
     let args = [
         "--url",
@@ -189,7 +189,7 @@ async fn synthetic_sessions_and_shared_prefixes_have_the_lengths_asked_for() {
         r.requests.iter().map(|q| q.prompt_tokens).collect::<Vec<_>>()
     );
     assert!(r.requests.iter().all(|q| q.completion_tokens.is_some_and(|c| (2..=4).contains(&c))));
-    assert_eq!(r.run_context["workload"]["prefix_groups"], 2);
+    assert_eq!(r.run_context.workload["prefix_groups"], 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -78,9 +78,10 @@ async fn four_shards_merge_into_the_unsharded_run() {
     assert_eq!(m.count, 40);
     assert!((m.p50 - w.p50).abs() < 15.0 && (m.p90 - w.p90).abs() < 25.0, "merged {m:?} vs whole {w:?}");
     assert!(all.limits.contains("Merged from 4 shards"), "{}", all.limits);
-    assert_eq!(all.run_context["merged"]["shards"], 4);
-    assert!(all.run_context.get("shard").is_none());
-    assert!(all.run_context["merged"]["start_spread_ms"].as_u64().unwrap() < 100);
+    let merge = all.run_context.merged.as_ref().expect("merged");
+    assert_eq!(merge.shards, 4);
+    assert!(all.run_context.shard.is_none());
+    assert!(merge.start_spread_ms < 100);
 
     // Not the shards of one run: refused, saying why.
     let missing = merged(&files[..3]).expect_err("a shard missing").to_string();

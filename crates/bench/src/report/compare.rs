@@ -375,7 +375,7 @@ pub fn html(runs: &[Run], differences: &[String]) -> String {
         for (l, level) in run.levels.iter().enumerate() {
             warning(&mut body, &format!("{}: limits", level_name(level)), &level.limits);
             if l == 0 {
-                json_details(&mut body, "Run context", &level.run_context);
+                json_details(&mut body, "Run context", &level.run_context.to_value());
             }
         }
     }

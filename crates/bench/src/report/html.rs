@@ -28,13 +28,13 @@ pub fn html(levels: &[BenchResult]) -> String {
         level_section(&mut body, r, levels.len() > 1 && knee == Some(i));
     }
     body.push_str("<h2>How this was run</h2>");
-    json_details(&mut body, "Run context: model, device, command, input hashes", &first.run_context);
+    json_details(&mut body, "Run context: model, device, command, input hashes", &first.run_context.to_value());
     json_details(&mut body, "SLOs", &serde_json::to_value(first.slos).unwrap_or_default());
     page("rillm bench report", &subtitle(first, levels.len()), &body)
 }
 
 pub(super) fn subtitle(r: &BenchResult, levels: usize) -> String {
-    let model = r.run_context["model"].as_str().unwrap_or("unknown model");
+    let model = Some(r.run_context.model.as_str()).filter(|m| !m.is_empty()).unwrap_or("unknown model");
     let plural = if levels == 1 { "" } else { "s" };
     format!("{} · {:?} protocol · {model} · {levels} load level{plural}", r.url, r.protocol)
 }
