@@ -178,10 +178,44 @@ fn level_count(runs: &[Run]) -> usize {
     runs.iter().map(|r| r.levels.len()).min().unwrap_or(0)
 }
 
+/// The sections every format shows: the sweep's sustainable rate (rate sweeps), then
+/// each level's rows.
+fn sections(runs: &[Run]) -> Vec<(String, Vec<Row>)> {
+    let mut sections = Vec::new();
+    if let Some(row) = sustainable_row(runs) {
+        let title = format!("the sweep (>= {} % SLO attainment)", crate::compare::SUSTAINED_ATTAINMENT_PCT);
+        sections.push((title, vec![row]));
+    }
+    for l in 0..level_count(runs) {
+        sections.push((level_name(&runs[0].levels[l]), rows(runs, l)));
+    }
+    sections
+}
+
+/// A row's cells after its name: the direction, each run's value, each ratio to the baseline.
+fn cells(row: &Row, runs: usize) -> Vec<String> {
+    let mut cells = vec![direction(row.better).to_string()];
+    cells.extend((0..runs).map(|i| row.value(i)));
+    cells.extend((1..runs).map(|i| {
+        let (text, class) = row.ratio(i);
+        format!("{text} {class}").trim_end().to_string()
+    }));
+    cells
+}
+
+/// The column names after "metric": each run's label, then each ratio's.
+fn headers(runs: &[Run], ratio: impl Fn(&str, &str) -> String) -> Vec<String> {
+    let mut headers: Vec<String> = runs.iter().map(|r| r.label.clone()).collect();
+    headers.extend(runs[1..].iter().map(|r| ratio(&r.label, &runs[0].label)));
+    headers
+}
+
 /// The terminal table.
 pub fn text(runs: &[Run], differences: &[String]) -> String {
     let mut out = String::new();
-    let Some(base) = runs.first() else { return out };
+    if runs.is_empty() {
+        return out;
+    }
     for (i, run) in runs.iter().enumerate() {
         let tag = if i == 0 { "A, baseline" } else { "" };
         let _ = writeln!(out, "{:<14} {} ({}) {tag}", run.label, run.path.display(), run.levels[0].url);
@@ -189,36 +223,21 @@ pub fn text(runs: &[Run], differences: &[String]) -> String {
     if !differences.is_empty() {
         let _ = writeln!(out, "WORKLOADS DIFFER (--force):\n  {}", differences.join("\n  "));
     }
+    // Values 13 wide, ratios 18.
+    let width = |i: usize| if i < runs.len() { 13 } else { 18 };
     let mut header = format!("  {:<26} {:>7}", "metric", "better");
-    for run in runs {
-        let _ = write!(header, " {:>13}", clip(&run.label, 13));
+    for (i, name) in headers(runs, |a, b| format!("{a}/{b}")).iter().enumerate() {
+        let _ = write!(header, " {:>w$}", clip(name, width(i)), w = width(i));
     }
-    for run in &runs[1..] {
-        let _ = write!(header, " {:>18}", clip(&format!("{}/{}", run.label, base.label), 18));
-    }
-    let text_row = |out: &mut String, row: &Row| {
-        let _ = write!(out, "  {:<26} {:>7}", row.name, direction(row.better));
-        for i in 0..runs.len() {
-            let _ = write!(out, " {:>13}", row.value(i));
-        }
-        for i in 1..runs.len() {
-            let (text, class) = row.ratio(i);
-            let _ = write!(out, " {:>18}", format!("{text} {class}").trim_end());
-        }
-        out.push('\n');
-    };
-    if let Some(row) = sustainable_row(runs) {
-        let _ = writeln!(
-            out,
-            "\n== the sweep (>= {} % SLO attainment) ==\n{header}",
-            crate::compare::SUSTAINED_ATTAINMENT_PCT
-        );
-        text_row(&mut out, &row);
-    }
-    for l in 0..level_count(runs) {
-        let _ = writeln!(out, "\n== {} ==\n{header}", level_name(&base.levels[l]));
-        for row in rows(runs, l) {
-            text_row(&mut out, &row);
+    for (title, rows) in sections(runs) {
+        let _ = writeln!(out, "\n== {title} ==\n{header}");
+        for row in &rows {
+            let cells = cells(row, runs.len());
+            let _ = write!(out, "  {:<26} {:>7}", row.name, cells[0]);
+            for (i, cell) in cells[1..].iter().enumerate() {
+                let _ = write!(out, " {cell:>w$}", w = width(i));
+            }
+            out.push('\n');
         }
     }
     out
@@ -227,43 +246,19 @@ pub fn text(runs: &[Run], differences: &[String]) -> String {
 /// Markdown tables, for docs: the sweep's sustainable rate, then one table per level.
 pub fn markdown(runs: &[Run], differences: &[String]) -> String {
     let mut out = String::new();
-    let Some(base) = runs.first() else { return out };
+    if runs.is_empty() {
+        return out;
+    }
     if !differences.is_empty() {
         let _ = writeln!(out, "Workloads differ (compared with --force): {}\n", differences.join("; "));
     }
-    let mut header = String::from("| metric | better |");
-    let mut rule = String::from("| --- | --- |");
-    for run in runs {
-        let _ = write!(header, " {} |", run.label);
-        rule.push_str(" ---: |");
-    }
-    for run in &runs[1..] {
-        let _ = write!(header, " {} / {} |", run.label, base.label);
-        rule.push_str(" ---: |");
-    }
-    let md_row = |out: &mut String, row: &Row| {
-        let _ = write!(out, "| {} | {} |", row.name, direction(row.better));
-        for i in 0..runs.len() {
-            let _ = write!(out, " {} |", row.value(i));
-        }
-        for i in 1..runs.len() {
-            let (text, class) = row.ratio(i);
-            let _ = write!(out, " {} |", format!("{text} {class}").trim_end());
-        }
-        out.push('\n');
-    };
-    let mut sections: Vec<(String, Vec<Row>)> = Vec::new();
-    if let Some(row) = sustainable_row(runs) {
-        let title = format!("the sweep (>= {} % SLO attainment)", crate::compare::SUSTAINED_ATTAINMENT_PCT);
-        sections.push((title, vec![row]));
-    }
-    for l in 0..level_count(runs) {
-        sections.push((level_name(&base.levels[l]), rows(runs, l)));
-    }
-    for (title, rows) in sections {
+    let headers = headers(runs, |a, b| format!("{a} / {b}"));
+    let header = format!("| metric | better | {} |", headers.join(" | "));
+    let rule = format!("| --- | --- |{}", " ---: |".repeat(headers.len()));
+    for (title, rows) in sections(runs) {
         let _ = writeln!(out, "**{title}**\n\n{header}\n{rule}");
         for row in &rows {
-            md_row(&mut out, row);
+            let _ = writeln!(out, "| {} | {} |", row.name, cells(row, runs.len()).join(" | "));
         }
         out.push('\n');
     }

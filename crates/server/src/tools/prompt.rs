@@ -205,8 +205,8 @@ mod tests {
         ToolRequest { tools: vec![tool], choice, parallel: true }
     }
 
-    #[test]
-    fn a_tool_round_is_written_in_the_format_the_model_answers_in() {
+    /// A question, a call of `get_weather` and its result.
+    fn tool_round() -> Vec<HistoryMessage> {
         let mut call = msg("assistant", "");
         call.tool_calls.push(HistoryCall {
             id: "c1".into(),
@@ -215,7 +215,13 @@ mod tests {
         });
         let mut result = msg("tool", "{\"temp\": 3}");
         result.tool_call_id = Some("c1".into());
-        let history = vec![msg("user", "Weather in Oslo?"), call, result, msg("user", "Thanks")];
+        vec![msg("user", "Weather in Oslo?"), call, result]
+    }
+
+    #[test]
+    fn a_tool_round_is_written_in_the_format_the_model_answers_in() {
+        let mut history = tool_round();
+        history.push(msg("user", "Thanks"));
         let out = written(render_prompt(history, Some(&tools(ToolChoice::Auto)), false));
         assert_eq!(out[0].role, "system", "a system block is added");
         assert!(
@@ -252,15 +258,7 @@ mod tests {
 
     #[test]
     fn a_template_that_writes_tools_gets_them_and_the_calls_as_they_are() {
-        let mut call = msg("assistant", "");
-        call.tool_calls.push(HistoryCall {
-            id: "c1".into(),
-            name: "get_weather".into(),
-            arguments: "{\"city\":\"Oslo\"}".into(),
-        });
-        let mut result = msg("tool", "{\"temp\": 3}");
-        result.tool_call_id = Some("c1".into());
-        let history = vec![msg("user", "Weather in Oslo?"), call, result];
+        let history = tool_round();
         let prompt = render_prompt(history.clone(), Some(&tools(ToolChoice::Auto)), true).expect("renders");
         let Prompt::Chat { messages, tools: listed } = prompt else { panic!("a chat prompt") };
         assert_eq!(messages.len(), 3, "no system block is added");
