@@ -169,3 +169,31 @@ pub fn load_all(args: &CompareArgs) -> Result<(Vec<Run>, Vec<String>), CompareEr
     }
     Ok((runs, differences))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::result::tests::{completed, level};
+
+    /// A level at `rate` where `met` of `offered` requests have a 100 ms TTFT and the rest 900 ms.
+    fn at(rate: f64, met: usize, offered: usize) -> BenchResult {
+        let records = (0..offered)
+            .map(|i| completed(i as f64 * 100.0, 0.0, if i < met { 100.0 } else { 900.0 }, 1000.0, 10))
+            .collect();
+        level(rate, 500.0, records)
+    }
+
+    #[test]
+    fn the_sustainable_rate_is_the_highest_rate_at_ninety_percent_attainment() {
+        let sweep = || vec![at(1.0, 10, 10), at(2.0, 9, 10), at(4.0, 8, 10), at(8.0, 10, 10)];
+        let levels = sweep();
+        assert_eq!(levels.iter().map(|l| l.slo_attainment_pct).collect::<Vec<_>>(), [100.0, 90.0, 80.0, 100.0]);
+        // The highest rate that met it, even past one that did not (the sweep says so level by level).
+        assert_eq!(sustainable_rate(&levels), Some(8.0));
+        assert_eq!(sustainable_rate(&levels[..3]), Some(2.0));
+        assert_eq!(sustainable_rate(&[at(1.0, 8, 10)]), None, "no rate met it");
+        let run = Run { label: "a".into(), path: "a.json".into(), levels: sweep() };
+        assert!(is_rate_sweep(&run));
+        assert!(!is_rate_sweep(&Run { levels: vec![at(1.0, 10, 10)], ..run }), "one level is not a sweep");
+    }
+}

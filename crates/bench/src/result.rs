@@ -522,3 +522,7 @@ fn per_turn(done: &[&RequestRecord]) -> Vec<TurnSummary> {
         })
         .collect()
 }
+
+#[cfg(test)]
+#[path = "result_tests.rs"]
+pub(crate) mod tests;

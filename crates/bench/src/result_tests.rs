@@ -1,0 +1,70 @@
+//! The result's figures against values worked out by hand from a few records.
+
+use super::*;
+use crate::client::Status;
+use crate::protocol::Protocol;
+
+/// A request scheduled at `scheduled_ms`, sent `lag_ms` later, that streamed its first token
+/// after `ttft_ms` and ended after `e2e_ms` with `tokens` tokens.
+pub(crate) fn completed(scheduled_ms: f64, lag_ms: f64, ttft_ms: f64, e2e_ms: f64, tokens: u32) -> RequestRecord {
+    RequestRecord {
+        status: Status::Completed,
+        error: None,
+        sent_ms: scheduled_ms + lag_ms,
+        ttft_ms: Some(ttft_ms),
+        e2e_ms,
+        completion_tokens: Some(tokens),
+        ..RequestRecord::shed(scheduled_ms)
+    }
+}
+
+/// A level of an open-loop run at `rate` req/s, judged by a TTFT SLO of `ttft_slo_ms`.
+pub(crate) fn level(rate: f64, ttft_slo_ms: f64, records: Vec<RequestRecord>) -> BenchResult {
+    build(RunFacts {
+        url: "http://127.0.0.1:1/v1/completions".into(),
+        urls: vec!["http://127.0.0.1:1/v1/completions".into()],
+        protocol: Protocol::Completions,
+        load: LoadDescription {
+            mode: LoadMode::Rate,
+            requested_rate_rps: Some(rate),
+            arrival: Some(crate::schedule::Arrival::Poisson),
+            burstiness: Some(1.0),
+            concurrency: None,
+            max_inflight: None,
+        },
+        slos: Slos { ttft_ms: ttft_slo_ms, tpot_ms: None, e2e_ms: None },
+        records,
+        wall_s: 2.0,
+        client_cpu_s: 0.1,
+        run_context: Default::default(),
+        notes: Vec::new(),
+        sessions: None,
+    })
+}
+
+#[test]
+fn goodput_attainment_throughput_and_percentiles_match_a_hand_count() {
+    let failed = RequestRecord { status: Status::Failed, e2e_ms: 10.0, ..RequestRecord::shed(1500.0) };
+    let records = vec![
+        completed(0.0, 0.0, 100.0, 1000.0, 10),
+        completed(500.0, 0.0, 300.0, 1500.0, 20),   // misses the 250 ms SLO
+        completed(1000.0, 20.0, 200.0, 1000.0, 30), // 220 ms from its scheduled send: meets it
+        failed,
+    ];
+    let r = level(2.0, 250.0, records);
+    // From the first scheduled send (0) to the last response's end (1020 + 1000 ms).
+    assert_eq!(r.duration_s, 2.02);
+    assert_eq!((r.offered_requests, r.sent, r.completed, r.failed), (4, 4, 3, 1));
+    assert!((r.goodput_rps - 2.0 / 2.02).abs() < 1e-9, "{}", r.goodput_rps);
+    assert_eq!(r.slo_attainment_pct, 50.0, "2 of the 4 offered met every SLO");
+    assert!((r.throughput_rps - 3.0 / 2.02).abs() < 1e-9);
+    assert!((r.output_tokens_per_s.unwrap() - 60.0 / 2.02).abs() < 1e-9);
+    // Four sends over 1.5 s: three gaps.
+    assert!((r.achieved_rate_rps - 2.0).abs() < 1e-9);
+    let ttft = r.latency.ttft_ms.expect("TTFT");
+    assert_eq!((ttft.p50, ttft.p90, ttft.min), (200.0, 300.0, 100.0), "nearest rank over 100, 200, 300");
+    let from_schedule = r.latency.ttft_from_schedule_ms.expect("TTFT from the schedule");
+    assert_eq!(from_schedule.p50, 220.0);
+    // A TTFT goodput counts the same two requests.
+    assert!((r.ttft_goodput_rps - r.goodput_rps).abs() < 1e-12);
+}
