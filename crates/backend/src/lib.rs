@@ -19,7 +19,9 @@ pub use request::{
     ChatMessage, ChatToolCall, Completion, Constraint, FinishReason, GenerateRequest, Prompt, PromptToken,
     SamplingParams, ServerTimings, StreamEvent, TokenId, TokenLogprob, TopLogprob, Usage,
 };
-pub use stats::{CacheLayout, ConstraintSnapshot, PrefixCacheSnapshot, StatsSnapshot};
+pub use stats::{
+    CacheLayout, ConstraintSnapshot, PrefixCacheSnapshot, SpeculationSnapshot, StatsSnapshot, DRAFT_POSITIONS,
+};
 pub use stream::RequestStream;
 
 /// What clients that tokenize for themselves need to know of the model's tokenizer.

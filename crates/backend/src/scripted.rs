@@ -264,6 +264,7 @@ impl Backend for ScriptedBackend {
             sequences_moved: 0,
             prefix: Default::default(),
             constraints: Default::default(),
+            speculation: Default::default(),
         }
     }
 

@@ -19,6 +19,21 @@ pub struct PrefixCacheSnapshot {
     pub host_restore_micros: u64,
 }
 
+/// Draft positions counted apart (the longest draft an engine feeds).
+pub const DRAFT_POSITIONS: usize = 8;
+
+/// Speculative decoding, as vLLM's `vllm:spec_decode_*` metrics report it; cumulative.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SpeculationSnapshot {
+    /// Steps in which a sequence fed drafted tokens, and those tokens.
+    pub drafts: u64,
+    pub draft_tokens: u64,
+    /// Drafted tokens the model kept.
+    pub accepted_tokens: u64,
+    /// Kept tokens by their place in the draft (0: the first drafted token).
+    pub accepted_per_position: [u64; DRAFT_POSITIONS],
+}
+
 /// Structured outputs, as metrics report them; cumulative.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ConstraintSnapshot {
@@ -68,6 +83,7 @@ pub struct StatsSnapshot {
     pub sequences_moved: u64,
     pub prefix: PrefixCacheSnapshot,
     pub constraints: ConstraintSnapshot,
+    pub speculation: SpeculationSnapshot,
 }
 
 impl StatsSnapshot {

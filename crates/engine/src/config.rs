@@ -32,6 +32,19 @@ pub struct EngineConfig {
     /// A Jinja chat template used instead of the GGUF's own (llama-server's
     /// `--chat-template-file`): e.g. one that lists tools itself.
     pub chat_template: Option<String>,
+    /// Speculative decoding: drafts from the sequence's own tokens (prompt lookup),
+    /// verified in the batch, fed only where they pay (`speculate`).
+    pub speculative: Speculative,
+}
+
+/// How tokens are drafted for speculative decoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Speculative {
+    /// One token per sequence per step.
+    Off,
+    /// Prompt lookup: the tokens that followed the sequence's recent tokens earlier on.
+    #[default]
+    Ngram,
 }
 
 impl EngineConfig {
@@ -48,6 +61,7 @@ impl EngineConfig {
             host_cache_bytes: DEFAULT_HOST_CACHE_MIB << 20,
             max_queue_ms: None,
             chat_template: None,
+            speculative: Speculative::default(),
         }
     }
 

@@ -83,6 +83,7 @@ impl Engine {
                             prefix_caching: config.prefix_caching,
                             host_cache_bytes: config.host_cache_bytes,
                             forecast_prefixes: config.max_queue_ms.is_some(),
+                            speculative: config.speculative == crate::config::Speculative::Ngram,
                         },
                     );
                     run_supervised(|| scheduler.run(), &queue, &stats);

@@ -92,16 +92,58 @@ pub(crate) struct Forecaster {
     /// Completion tokens of recent finished requests, smoothed.
     expected_completion: f64,
     step_tokens: usize,
+    /// What one drafted row adds to a decode step, once measured (speculative decoding).
+    draft_row_ms: Option<f64>,
+    /// Costs given, not measured (tests, whose fake steps take no time).
+    frozen: bool,
 }
+
+/// What a decode step costs and what a drafted row adds to it, for pricing drafts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct DraftPrices {
+    pub step_ms: f64,
+    pub row_ms: f64,
+}
+
+/// Before a draft was measured, a drafted row is priced at this share of a decode step:
+/// on CPU each query row pays attention over every cached cell, row by row (see
+/// `attention_cost`), so a row costs most of what a one-row step does (measured ~0.6 at
+/// 650 cached tokens on two cores).
+const PRIOR_DRAFT_ROW_SHARE: f64 = 0.6;
 
 impl Forecaster {
     pub fn new(step_tokens: usize) -> Self {
-        Self { costs: StepCosts::default(), expected_completion: 128.0, step_tokens }
+        Self { costs: StepCosts::default(), expected_completion: 128.0, step_tokens, draft_row_ms: None, frozen: false }
+    }
+
+    /// A decode-only step that fed `drafted` drafted rows beside its decode rows: what
+    /// each row added to a decode step.
+    pub fn observe_drafts(&mut self, took_ms: f64, drafted: usize) {
+        if self.frozen || drafted == 0 {
+            return;
+        }
+        let per_row = ((took_ms - self.costs.decode_step_ms) / drafted as f64).max(0.0);
+        let prior = self.draft_prices().row_ms;
+        self.draft_row_ms = Some(prior + SMOOTHING * (per_row - prior));
+    }
+
+    /// What drafts are priced at now.
+    pub fn draft_prices(&self) -> DraftPrices {
+        let step_ms = self.costs.decode_step_ms;
+        DraftPrices { step_ms, row_ms: self.draft_row_ms.unwrap_or(PRIOR_DRAFT_ROW_SHARE * step_ms) }
     }
 
     /// A step that took `took_ms` for `decode_tokens` and `prefill_tokens`.
     pub fn observe_step(&mut self, took_ms: f64, decode_tokens: usize, prefill_tokens: usize) {
-        self.costs.observe(took_ms, decode_tokens, prefill_tokens);
+        if !self.frozen {
+            self.costs.observe(took_ms, decode_tokens, prefill_tokens);
+        }
+    }
+
+    /// Uses `costs` and `draft_row_ms` from now on, whatever steps take.
+    #[cfg(test)]
+    pub fn freeze(&mut self, costs: StepCosts, draft_row_ms: f64) {
+        (self.costs, self.draft_row_ms, self.frozen) = (costs, Some(draft_row_ms), true);
     }
 
     /// A request that ended on its own (not cancelled or failed) after `tokens`.

@@ -24,12 +24,13 @@ mod runtime;
 mod scheduler;
 mod sequence;
 mod serve_backend;
+mod speculate;
 mod stats;
 mod supervise;
 mod text_stream;
 
 pub use chat::ChatTemplate;
-pub use config::{EngineConfig, DEFAULT_HOST_CACHE_MIB};
+pub use config::{EngineConfig, Speculative, DEFAULT_HOST_CACHE_MIB};
 pub use engine::Engine;
 pub use error::EngineError;
 pub use queue::{PushError, WaitQueue};

@@ -96,6 +96,10 @@ pub(crate) struct Sequence {
     pub awaits_fork: bool,
     /// Slots of the request's other choices waiting for this one's prompt.
     pub forks: Vec<usize>,
+    /// Tokens drafted for this step, fed after the uncached generated ones (`speculate`).
+    pub drafts: Vec<TokenId>,
+    /// Share of drafted tokens the model kept, smoothed: how deep the next draft goes.
+    pub acceptance: f64,
     token_bytes: Vec<u8>,
     admitted: Instant,
     first_token_at: Option<Instant>,
@@ -117,6 +121,8 @@ impl Sequence {
             prompt_scores: Vec::new(),
             awaits_fork: false,
             forks: Vec::new(),
+            drafts: Vec::new(),
+            acceptance: crate::speculate::PRIOR_ACCEPTANCE,
             token_bytes: Vec::with_capacity(32),
             admitted: Instant::now(),
             first_token_at: None,
@@ -188,6 +194,25 @@ impl Sequence {
     pub fn uncached_generated(&self) -> &[TokenId] {
         let in_kv = (self.cached as usize).saturating_sub(self.request.prompt.len());
         &self.generated_ids[in_kv.min(self.generated_ids.len())..]
+    }
+
+    /// Every token of the sequence so far, prompt then generated, into `out` (cleared).
+    pub fn history_into(&self, out: &mut Vec<TokenId>) {
+        out.clear();
+        out.extend_from_slice(&self.request.prompt);
+        out.extend_from_slice(&self.generated_ids);
+    }
+
+    /// Whether drafts may be fed for it: generating, free of a constraint (whose forced
+    /// tokens are fed already), with room for them within `max_tokens` and the context.
+    pub fn may_draft(&self, ctx_limit: u32) -> usize {
+        if self.is_prefilling() || self.request.constraint.is_some() || self.awaits_fork {
+            return 0;
+        }
+        let tokens_left = self.request.max_tokens.saturating_sub(self.generated + 1) as usize;
+        let next_end = self.cached as usize + self.uncached_generated().len();
+        let room = (ctx_limit as usize).saturating_sub(next_end + 1);
+        tokens_left.min(room)
     }
 
     /// Before sampling: the tokens its constraint allows now (`None`: unconstrained).

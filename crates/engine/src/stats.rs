@@ -33,10 +33,20 @@ pub struct EngineStats {
     cancelled: AtomicU64,
     sequences_moved: AtomicU64,
     prefix: PrefixCounters,
+    speculation: SpeculationCounters,
     /// Structured outputs: compiles, cache hits, constrained and forced tokens.
     pub(crate) constraints: crate::constraint::ConstraintCounters,
     /// When slots come free and what steps cost, for admission's wait predictions.
     pub(crate) forecast: crate::forecast::Forecast,
+}
+
+/// What speculative decoding drafted and kept, cumulative.
+#[derive(Debug, Default)]
+struct SpeculationCounters {
+    drafts: AtomicU64,
+    draft_tokens: AtomicU64,
+    accepted_tokens: AtomicU64,
+    accepted_per_position: [AtomicU64; rillm_backend::DRAFT_POSITIONS],
 }
 
 /// What prefix caching did, cumulative except the host tier's size.
@@ -76,6 +86,7 @@ impl EngineStats {
             cancelled: AtomicU64::new(0),
             sequences_moved: AtomicU64::new(0),
             prefix: PrefixCounters::default(),
+            speculation: SpeculationCounters::default(),
             constraints: Default::default(),
             forecast: crate::forecast::Forecast::new(0),
         }
@@ -112,6 +123,15 @@ impl EngineStats {
                 }
             },
             constraints: self.constraints.snapshot(),
+            speculation: {
+                let s = &self.speculation;
+                rillm_backend::SpeculationSnapshot {
+                    drafts: s.drafts.load(Relaxed),
+                    draft_tokens: s.draft_tokens.load(Relaxed),
+                    accepted_tokens: s.accepted_tokens.load(Relaxed),
+                    accepted_per_position: std::array::from_fn(|i| s.accepted_per_position[i].load(Relaxed)),
+                }
+            },
         }
     }
 
@@ -164,6 +184,17 @@ impl EngineStats {
 
     pub(crate) fn record_step(&self) {
         self.steps.fetch_add(1, Relaxed);
+    }
+
+    /// One sequence's verified draft: `drafted` tokens fed, the first `accepted` kept.
+    pub(crate) fn record_speculation(&self, drafted: usize, accepted: usize) {
+        let s = &self.speculation;
+        s.drafts.fetch_add(1, Relaxed);
+        s.draft_tokens.fetch_add(drafted as u64, Relaxed);
+        s.accepted_tokens.fetch_add(accepted as u64, Relaxed);
+        for position in s.accepted_per_position.iter().take(accepted) {
+            position.fetch_add(1, Relaxed);
+        }
     }
 
     pub(crate) fn record_prompt_computed(&self, tokens: usize) {

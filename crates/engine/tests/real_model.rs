@@ -394,3 +394,59 @@ fn special_token_text_inside_chat_content_stays_text_while_the_template_keeps_it
     assert_eq!(count(&forged), 2, "the user's <|im_end|> became a control token: {forged:?}");
     assert!(forged.len() > honest.len() + 10, "the forged text is tokenized as text");
 }
+
+/// Text that repeats itself: prompt lookup drafts from it, and the model agrees.
+const REPEATING: &str =
+    "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3,";
+
+#[test]
+fn speculative_decoding_keeps_the_greedy_output_and_drafts_where_text_repeats() {
+    let _g = serial();
+    let run = |speculative: rillm_engine::Speculative| {
+        let mut config = EngineConfig::new(model_path());
+        config.speculative = speculative;
+        let engine = Engine::start(config).expect("engine starts");
+        let mut request = greedy(REPEATING, 60);
+        request.logprobs = Some(2);
+        let (text, ids, done) = collect_logprobs(engine.submit(request).unwrap());
+        (text, ids, done, engine.stats().snapshot().speculation)
+    };
+    let (plain, plain_ids, _, off) = run(rillm_engine::Speculative::Off);
+    let (fast, fast_ids, done, on) = run(rillm_engine::Speculative::Ngram);
+    eprintln!("speculation: {on:?}; same output: {}", plain == fast);
+    assert_eq!(off.drafts, 0);
+    assert!(on.drafts > 0 && on.accepted_tokens > 0, "{on:?}");
+    assert_eq!(done.usage.completion_tokens, 60);
+    // Verifying drafts computes several rows in one step, which llama.cpp's kernels round
+    // a little differently from one row: outputs may part only where the model's top two
+    // choices were all but tied.
+    if let Some(at) = plain_ids.0.iter().zip(&fast_ids.0).position(|(a, b)| a != b) {
+        let top = &plain_ids.1[at];
+        assert!(
+            top.len() >= 2 && top[0] - top[1] < 0.1,
+            "parted at token {at} with margin {top:?}: {plain:?} vs {fast:?}"
+        );
+    } else {
+        assert_eq!(fast, plain);
+    }
+}
+
+/// Token ids, and each token's top log-probabilities.
+type TokensWithTops = (Vec<u32>, Vec<Vec<f32>>);
+
+/// Drains a stream asking log-probabilities: (text, tokens with their tops, final event).
+fn collect_logprobs(mut stream: RequestStream) -> (String, TokensWithTops, Completion) {
+    let (mut text, mut ids, mut tops) = (String::new(), Vec::new(), Vec::new());
+    while let Some(event) = stream.blocking_next() {
+        match event {
+            StreamEvent::Text { text: t, token_ids, logprobs, .. } => {
+                text.push_str(&t);
+                ids.extend(token_ids);
+                tops.extend(logprobs.into_iter().map(|l| l.top.iter().map(|t| t.logprob).collect::<Vec<f32>>()));
+            }
+            StreamEvent::Finished(done) => return (text, (ids, tops), done),
+            StreamEvent::Prompt(_) => {}
+        }
+    }
+    panic!("stream ended without a Finished event");
+}

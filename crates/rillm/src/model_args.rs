@@ -34,6 +34,17 @@ pub struct ModelArgs {
     /// writes `<tool_call>` calls itself (Qwen2.5's, Hermes') is given the request's tools.
     #[arg(long, value_name = "FILE")]
     pub chat_template_file: Option<PathBuf>,
+    /// Speculative decoding: `ngram` drafts tokens from each sequence's own prompt and
+    /// output (prompt lookup) and verifies them in the batch, only where the measured
+    /// acceptance and step costs say it pays; `off` decodes one token per step.
+    #[arg(long, value_enum, default_value_t = SpeculativeArg::Ngram)]
+    pub speculative: SpeculativeArg,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpeculativeArg {
+    Off,
+    Ngram,
 }
 
 /// The engine's own defaults: the CLI shows and uses these, so they live in one place.
@@ -59,6 +70,10 @@ impl ModelArgs {
         config.gpu_layers = self.gpu_layers;
         config.prefix_caching = !self.no_prefix_cache;
         config.host_cache_bytes = self.prefix_cache_mib.saturating_mul(1 << 20);
+        config.speculative = match self.speculative {
+            SpeculativeArg::Off => rillm_engine::Speculative::Off,
+            SpeculativeArg::Ngram => rillm_engine::Speculative::Ngram,
+        };
         if let Some(path) = &self.chat_template_file {
             let source = std::fs::read_to_string(path)
                 .map_err(|e| anyhow::anyhow!("cannot read --chat-template-file {}: {e}", path.display()))?;

@@ -44,6 +44,12 @@ pub const STRUCTURED_CACHE_HITS: &str = "rillm_structured_cache_hits_total";
 /// Tokens generated under a constraint; of them, those jump-forward forced.
 pub const STRUCTURED_TOKENS: &str = "rillm_structured_tokens_total";
 pub const STRUCTURED_FORCED_TOKENS: &str = "rillm_structured_forced_tokens_total";
+/// Speculative decoding, as vLLM names it: verified drafts, their tokens, those kept, and
+/// those kept by their place in the draft (label `position`).
+pub const SPEC_DRAFTS: &str = "vllm:spec_decode_num_drafts_total";
+pub const SPEC_DRAFT_TOKENS: &str = "vllm:spec_decode_num_draft_tokens_total";
+pub const SPEC_ACCEPTED_TOKENS: &str = "vllm:spec_decode_num_accepted_tokens_total";
+pub const SPEC_ACCEPTED_PER_POS: &str = "vllm:spec_decode_num_accepted_tokens_per_pos_total";
 
 const LATENCY_BUCKETS: &[f64] =
     &[0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0];
@@ -83,6 +89,7 @@ pub fn render(backend: Option<&dyn Backend>) -> String {
         counter!(PROMPT_TOKENS_COMPUTED, "model_name" => model.clone()).absolute(stats.prompt_tokens_computed);
         render_prefix_cache(&model, &stats.prefix);
         render_structured(&model, &stats.constraints);
+        render_speculation(&model, &stats.speculation);
     }
     handle.run_upkeep();
     handle.render()
@@ -122,6 +129,19 @@ fn render_structured(model: &str, c: &rillm_backend::ConstraintSnapshot) {
     ];
     set_counters(model, &counters);
     gauge!(STRUCTURED_COMPILE_SECONDS, "model_name" => model.to_string()).set(c.compile_micros as f64 / 1e6);
+}
+
+/// Speculative decoding: drafts verified, tokens drafted and kept, kept per draft position.
+fn render_speculation(model: &str, s: &rillm_backend::SpeculationSnapshot) {
+    let counters =
+        [(SPEC_DRAFTS, s.drafts), (SPEC_DRAFT_TOKENS, s.draft_tokens), (SPEC_ACCEPTED_TOKENS, s.accepted_tokens)];
+    set_counters(model, &counters);
+    // Positions once anything was drafted (vLLM lists those of its draft length).
+    let positions = if s.drafts == 0 { &[][..] } else { &s.accepted_per_position[..] };
+    for (position, &kept) in positions.iter().enumerate() {
+        counter!(SPEC_ACCEPTED_PER_POS, "model_name" => model.to_string(), "position" => position.to_string())
+            .absolute(kept);
+    }
 }
 
 /// Counters the engine keeps itself, published at their current totals.

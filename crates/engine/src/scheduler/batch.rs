@@ -52,6 +52,19 @@ impl StepBatch {
         self.prefill_take.iter().sum()
     }
 
+    /// Room for drafted tokens this step: the step budget less one row per generating
+    /// sequence's fed tokens, and half of that while prompts wait to be prefilled (drafts
+    /// must not hold back a new request's first token).
+    pub fn draft_budget(&self, slots: &[Option<Sequence>]) -> usize {
+        let rows: usize = slots.iter().flatten().map(|s| s.uncached_generated().len()).sum();
+        let room = self.step_budget.saturating_sub(rows);
+        if slots.iter().flatten().any(Sequence::is_prefilling) {
+            room / 2
+        } else {
+            room
+        }
+    }
+
     /// Fills the batch for this step.
     ///
     /// Which prompts get prefill budget is decided oldest first, but the batch itself is
@@ -68,8 +81,9 @@ impl StepBatch {
         self.tokens.clear();
         self.outputs.clear();
         self.prompt_rows.clear();
-        // A generating sequence feeds its last token, and any tokens its constraint forced.
-        let generating: usize = slots.iter().flatten().map(|s| s.uncached_generated().len()).sum();
+        // A generating sequence feeds its last token, and any tokens its constraint forced
+        // or drafts to verify.
+        let generating: usize = slots.iter().flatten().map(|s| s.uncached_generated().len() + s.drafts.len()).sum();
         let budget = self.step_budget.saturating_sub(generating);
         self.prefill_take.iter_mut().for_each(|n| *n = 0);
         self.prompts_left.clear();
@@ -82,12 +96,14 @@ impl StepBatch {
         for (slot, seq) in slots.iter().enumerate() {
             let Some(seq) = seq else { continue };
             if !seq.is_prefilling() {
+                // The last generated token's row is the output; each draft's row follows it,
+                // for `decode::verify` to walk.
                 let tokens = seq.uncached_generated();
-                for (i, &token) in tokens.iter().enumerate() {
-                    let logits = i + 1 == tokens.len();
-                    if logits {
+                for (i, &token) in tokens.iter().chain(&seq.drafts).enumerate() {
+                    if i + 1 == tokens.len() {
                         self.outputs.push((slot, self.tokens.len()));
                     }
+                    let logits = i + 1 >= tokens.len();
                     self.tokens.push(BatchToken { token, pos: seq.cached + i as u32, seq: slot, logits });
                 }
                 continue;

@@ -1,9 +1,8 @@
-//! Per-sequence decoding: what a sequence does with the logits row a step computed for
+//! Per-sequence decoding: what a sequence does with the logits rows a step computed for
 //! it. Sampling under its constraint's mask (every sampler setting applies inside the
 //! mask), its log-probabilities, then the stop conditions and text streaming of
-//! `Sequence::accept_token`. The step calls [`decode_next`] for each output row and knows
-//! nothing of these; a decoder that takes more rows per sequence (verifying drafted tokens)
-//! belongs here, beside it, over the same [`Logits`].
+//! `Sequence::accept_token`. The step calls [`decode_next`] for a sequence's output row, or
+//! [`verify`] when it fed drafted tokens, and knows nothing of these.
 
 use rillm_backend::{FinishReason, TokenLogprob, TopLogprob};
 
@@ -51,13 +50,65 @@ pub(crate) fn decode_next(
     logits: &mut impl Logits,
     ctx: &DecodeContext,
 ) -> Result<Option<FinishReason>, String> {
+    sample_and_accept(seq, row, logits, ctx).map(|(_, finished)| finished)
+}
+
+fn sample_and_accept(
+    seq: &mut Sequence,
+    row: usize,
+    logits: &mut impl Logits,
+    ctx: &DecodeContext,
+) -> Result<(TokenId, Option<FinishReason>), String> {
     let mask = seq.constraint_mask()?;
     let token = logits.sample(row, mask.as_ref());
     if let Some(top) = seq.request.logprobs {
         let (logprob, top) = logits.logprobs(row, token, top as usize);
         seq.note_logprob(token_logprob(ctx.tokenizer, token, logprob, top));
     }
-    seq.accept_token(token, ctx.tokenizer, ctx.ctx_limit, ctx.counters)
+    Ok((token, seq.accept_token(token, ctx.tokenizer, ctx.ctx_limit, ctx.counters)?))
+}
+
+/// What verifying a sequence's drafts found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Verified {
+    pub finished: Option<FinishReason>,
+    pub drafted: usize,
+    /// Drafted tokens the model kept (their KV stays).
+    pub accepted: usize,
+}
+
+/// Walks the rows from `first_row` (the last generated token's) through one per draft:
+/// samples each as if it were the only row, with the sequence's own sampler, and goes on
+/// while the sample equals the draft fed at the next position. The first sample that
+/// differs (or the one after the last draft) is the step's new token, as in plain
+/// decoding. Sampling every row exactly as plain decoding would, one draw each, keeps the
+/// output the target's: greedy output is unchanged, and with temperature a drafted token is
+/// kept with the probability the model gives it, otherwise the sample drawn instead stands
+/// (speculative sampling's rule for a draft of probability one). `seq.cached` counts the
+/// kept drafts; the caller drops the KV of the others.
+pub(crate) fn verify(
+    seq: &mut Sequence,
+    first_row: usize,
+    logits: &mut impl Logits,
+    ctx: &DecodeContext,
+) -> Result<Verified, String> {
+    let drafts = std::mem::take(&mut seq.drafts);
+    let mut verified = Verified { finished: None, drafted: drafts.len(), accepted: 0 };
+    for (i, row) in (first_row..=first_row + drafts.len()).enumerate() {
+        let (token, finished) = sample_and_accept(seq, row, logits, ctx)?;
+        let kept = drafts.get(i) == Some(&token);
+        if kept {
+            // The draft fed at the next position was this very token: its KV is right.
+            seq.cached += 1;
+            verified.accepted += 1;
+        }
+        if finished.is_some() || !kept {
+            verified.finished = finished;
+            break;
+        }
+    }
+    seq.acceptance = crate::speculate::updated_acceptance(seq.acceptance, verified.drafted, verified.accepted);
+    Ok(verified)
 }
 
 /// A token's log-probability with its alternatives, their bytes attached.

@@ -17,9 +17,10 @@ use crate::forecast::{Forecaster, SlotLoad};
 use crate::queue::WaitQueue;
 use crate::runtime::{BatchToken, Executor, Tokenizer};
 use crate::sequence::{PendingRequest, Sequence};
+use crate::speculate;
 use crate::stats::EngineStats;
 use batch::StepBatch;
-use decode::{decode_next, DecodeContext, SlotLogits};
+use decode::{decode_next, verify, DecodeContext, SlotLogits};
 use kv::KvResidency;
 use rillm_backend::FinishReason;
 
@@ -50,6 +51,8 @@ pub(crate) struct SchedulerConfig {
     /// Publish the blocks of tokens held in KV with the forecast (only `--max-queue-ms`
     /// reads them, and gathering them costs a pass over every slot and host entry).
     pub forecast_prefixes: bool,
+    /// Draft tokens by prompt lookup and verify them in the batch (`speculate`).
+    pub speculative: bool,
 }
 
 pub(crate) struct Scheduler<E: Executor> {
@@ -64,6 +67,9 @@ pub(crate) struct Scheduler<E: Executor> {
     batch: StepBatch,
     forecaster: Forecaster,
     forecast_prefixes: bool,
+    speculative: bool,
+    /// A sequence's tokens, gathered for prompt lookup (a buffer reused across steps).
+    history: Vec<rillm_backend::TokenId>,
 }
 
 impl<E: Executor> Scheduler<E> {
@@ -74,7 +80,14 @@ impl<E: Executor> Scheduler<E> {
         stats: Arc<EngineStats>,
         config: SchedulerConfig,
     ) -> Self {
-        let SchedulerConfig { max_running, step_budget, prefix_caching, host_cache_bytes, forecast_prefixes } = config;
+        let SchedulerConfig {
+            max_running,
+            step_budget,
+            prefix_caching,
+            host_cache_bytes,
+            forecast_prefixes,
+            speculative,
+        } = config;
         let batch = StepBatch::new(max_running, executor.max_batch_tokens(), step_budget);
         let forecaster = Forecaster::new(batch.step_budget());
         let kv = KvResidency::new(max_running, prefix_caching, host_cache_bytes, &stats);
@@ -89,6 +102,8 @@ impl<E: Executor> Scheduler<E> {
             batch,
             forecaster,
             forecast_prefixes: forecast_prefixes && prefix_caching,
+            speculative,
+            history: Vec::new(),
         }
     }
 
@@ -191,6 +206,12 @@ impl<E: Executor> Scheduler<E> {
     }
 
     fn step(&mut self) {
+        if self.speculative {
+            let budget = self.batch.draft_budget(&self.slots);
+            let ctx_limit = self.executor.ctx_per_sequence();
+            let prices = self.forecaster.draft_prices();
+            speculate::propose_drafts(&mut self.slots, prices, ctx_limit, budget, &mut self.history);
+        }
         self.batch.plan(&mut self.slots, &self.admission_order, &mut self.executor, &self.stats);
         let tokens = &self.batch.tokens;
         if tokens.is_empty() {
@@ -199,8 +220,15 @@ impl<E: Executor> Scheduler<E> {
         let started = std::time::Instant::now();
         let decoded = self.executor.decode(tokens);
         let prefilled = self.batch.prefilled();
+        let drafted: usize = self.slots.iter().flatten().map(|s| s.drafts.len()).sum();
         let took_ms = started.elapsed().as_secs_f64() * 1000.0;
-        self.forecaster.observe_step(took_ms, tokens.len() - prefilled, prefilled);
+        // A step with drafts measures what a drafted row adds; the decode step's own cost is
+        // measured without them, as the base the next drafts are priced against.
+        match (drafted, prefilled) {
+            (0, _) => self.forecaster.observe_step(took_ms, tokens.len() - prefilled, prefilled),
+            (_, 0) => self.forecaster.observe_drafts(took_ms, drafted),
+            _ => {}
+        }
         // Pending KV copies were carried out at the start of this decode.
         self.kv.copies_done();
         tracing::trace!(
@@ -224,6 +252,10 @@ impl<E: Executor> Scheduler<E> {
                 seq.cached = seq.cached.max(entry.pos + 1);
             }
         }
+        // Drafts are in KV but not yet the sequence's: `verify` counts the ones it keeps.
+        for seq in self.slots.iter_mut().flatten() {
+            seq.cached -= seq.drafts.len() as u32;
+        }
         self.score_prompts();
         self.fork_choices();
         let ctx_limit = self.executor.ctx_per_sequence();
@@ -241,7 +273,19 @@ impl<E: Executor> Scheduler<E> {
             let ctx =
                 DecodeContext { tokenizer: self.tokenizer.as_ref(), ctx_limit, counters: &self.stats.constraints };
             let mut logits = SlotLogits { executor: &mut self.executor, slot };
-            match decode_next(seq, row, &mut logits, &ctx) {
+            let decoded = if seq.drafts.is_empty() {
+                decode_next(seq, row, &mut logits, &ctx)
+            } else {
+                verify(seq, row, &mut logits, &ctx).map(|verified| {
+                    if verified.accepted < verified.drafted {
+                        // The rejected drafts' cells go; the next token is fed where they began.
+                        self.executor.truncate_sequence(slot, seq.cached);
+                    }
+                    self.stats.record_speculation(verified.drafted, verified.accepted);
+                    verified.finished
+                })
+            };
+            match decoded {
                 Ok(None) => {}
                 Ok(Some(reason)) => self.release(slot, reason, None),
                 Err(error) => self.release(slot, FinishReason::Error, Some(error)),

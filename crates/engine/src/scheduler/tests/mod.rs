@@ -7,6 +7,7 @@ mod choices;
 mod constraints;
 mod kv;
 mod reuse;
+mod speculation;
 mod widening;
 
 use std::sync::Arc;
@@ -59,6 +60,13 @@ struct RecordingExecutor {
     widen_to: usize,
     /// ...or than this, when other sequences prefill in the same step.
     widen_beside_others_to: usize,
+    /// A text the "model" always continues: row at position p samples `script[p + 1]`.
+    script: Option<Vec<u8>>,
+    /// (slot, keep) of every truncation.
+    truncations: Vec<(usize, u32)>,
+    /// A "model" that samples bytes from fixed weights, whatever came before, with a seeded
+    /// generator: one draw per sample, as a real sampler.
+    random: Option<(rand::rngs::StdRng, Vec<(u8, f64)>)>,
 }
 
 impl Executor for RecordingExecutor {
@@ -81,7 +89,21 @@ impl Executor for RecordingExecutor {
         Ok(())
     }
     fn start_sequence(&mut self, _seq: usize, _sampling: &SamplingParams, _ban_eog: bool) {}
-    fn sample(&mut self, _seq: usize, _batch_index: usize, mask: Option<&toktrie::SimpleVob>) -> TokenId {
+    fn sample(&mut self, _seq: usize, batch_index: usize, mask: Option<&toktrie::SimpleVob>) -> TokenId {
+        if let Some((rng, weights)) = self.random.as_mut() {
+            let mut draw = rand::Rng::gen::<f64>(rng) * weights.iter().map(|w| w.1).sum::<f64>();
+            for &(byte, weight) in weights.iter() {
+                draw -= weight;
+                if draw <= 0.0 {
+                    return TokenId::from(byte);
+                }
+            }
+            return TokenId::from(weights.last().map_or(b'x', |w| w.0));
+        }
+        if let (Some(script), None) = (&self.script, mask) {
+            let pos = self.batches.last().expect("a decode")[batch_index].pos as usize;
+            return TokenId::from(script.get(pos + 1).copied().unwrap_or(0));
+        }
         match mask.and_then(toktrie::SimpleVob::first_bit_set) {
             Some(allowed) if !self.ignore_masks => allowed as TokenId,
             _ => TokenId::from(b'x'),
@@ -95,7 +117,9 @@ impl Executor for RecordingExecutor {
     fn move_sequence(&mut self, src: usize, dst: usize) {
         self.moves.push((src, dst));
     }
-    fn truncate_sequence(&mut self, _seq: usize, _keep: u32) {}
+    fn truncate_sequence(&mut self, seq: usize, keep: u32) {
+        self.truncations.push((seq, keep));
+    }
     fn sequence_cells(&self, _seq: usize) -> u32 {
         0
     }
@@ -124,6 +148,9 @@ fn recording_executor(max_batch_tokens: usize) -> RecordingExecutor {
         fail_restores: false,
         widen_to: 0,
         widen_beside_others_to: 0,
+        script: None,
+        truncations: Vec::new(),
+        random: None,
     }
 }
 
@@ -159,9 +186,12 @@ impl Harness {
             prefix_caching: false,
             host_cache_bytes: 0,
             forecast_prefixes: false,
+            speculative: false,
         };
         adjust(&mut config);
-        let scheduler = Scheduler::new(executor, Arc::new(ByteTokenizer), Arc::clone(&queue), stats, config);
+        let mut scheduler = Scheduler::new(executor, Arc::new(ByteTokenizer), Arc::clone(&queue), stats, config);
+        // The fake steps take no time: costs as on a small model on two cores.
+        scheduler.forecaster.freeze(crate::forecast::StepCosts { decode_step_ms: 7.0, prefill_token_ms: 2.5 }, 2.5);
         Self { scheduler, queue, next_id: 0 }
     }
 

@@ -1,0 +1,99 @@
+//! Speculative decoding in the step (`speculate`, `scheduler/decode.rs::verify`), against an
+//! executor that always continues a script: drafts from the sequence's own tokens are fed
+//! after its last token, kept as far as the model agrees, and the output is the model's.
+
+use super::*;
+
+/// A harness whose model continues `script`, speculating or not.
+fn scripted(script: &str, speculative: bool) -> Harness {
+    let mut h = Harness::configured(2, 64, |c| c.speculative = speculative);
+    h.scheduler.executor.script = Some(script.as_bytes().to_vec());
+    h
+}
+
+/// Runs `prompt` (the script's first `prompt` bytes) for `max_tokens`; the text, the
+/// final event and how many steps it took.
+fn generate(
+    script: &str,
+    prompt: usize,
+    max_tokens: u32,
+    speculative: bool,
+) -> (String, rillm_backend::Completion, usize, Harness) {
+    let mut h = scripted(script, speculative);
+    let mut events = h.submit_n(&script[..prompt], max_tokens);
+    h.run_to_idle();
+    let steps = h.scheduler.executor.batches.len();
+    let (text, done) = drain(&mut events);
+    (text, done, steps, h)
+}
+
+const REPEATING: &str = "abcdefgh-abcdefgh-abcdefgh-abcdefgh-abcdefgh-abcdefgh-abcdefgh-abcdefgh-abcdefgh-";
+
+#[test]
+fn drafts_the_model_agrees_with_are_kept_and_the_output_is_the_models() {
+    let (plain, _, plain_steps, _) = generate(REPEATING, 18, 40, false);
+    let (fast, done, steps, h) = generate(REPEATING, 18, 40, true);
+    assert_eq!(plain, &REPEATING[18..58]);
+    assert_eq!(fast, plain, "speculation changes no token");
+    assert_eq!(done.usage.completion_tokens, 40);
+    assert!(steps * 3 < plain_steps, "{steps} steps against {plain_steps}");
+    let spec = h.scheduler.stats.snapshot().speculation;
+    assert!(spec.drafts > 0 && spec.accepted_tokens == spec.draft_tokens, "{spec:?}");
+    assert_eq!(spec.accepted_per_position[0], spec.drafts, "every first drafted token was kept");
+    // A speculating step feeds the last token and its drafts, each with an output row.
+    let batch =
+        h.scheduler.executor.batches.iter().find(|b| b.len() > 1 && b[0].pos >= 18).expect("a step with drafts");
+    assert!(batch.iter().all(|t| t.logits));
+    assert!(batch.windows(2).all(|w| w[1].pos == w[0].pos + 1));
+}
+
+#[test]
+fn a_draft_the_model_disagrees_with_is_dropped_from_kv_and_the_models_token_stands() {
+    // The pattern breaks where drafts would go on repeating it.
+    let script = "abcdefgh-abcdefgh-abcdefgh-abcdXYZW-abcdefgh-abcdQRST-abcdefgh";
+    let (plain, _, _, _) = generate(script, 27, 30, false);
+    let (fast, done, _, h) = generate(script, 27, 30, true);
+    assert_eq!(fast, plain);
+    assert_eq!(fast, &script[27..57]);
+    assert_eq!(done.finish_reason, FinishReason::Length);
+    let spec = h.scheduler.stats.snapshot().speculation;
+    assert!(spec.accepted_tokens < spec.draft_tokens, "some drafts were wrong: {spec:?}");
+    // Each rejection cut the slot's KV back to the tokens kept.
+    assert!(!h.scheduler.executor.truncations.is_empty());
+}
+
+#[test]
+fn drafts_stop_at_max_tokens_and_off_means_one_token_a_step() {
+    let (text, done, _, h) = generate(REPEATING, 18, 5, true);
+    assert_eq!((text.as_str(), done.usage.completion_tokens), (&REPEATING[18..23], 5));
+    let widest = h.scheduler.executor.batches.iter().skip(1).map(Vec::len).max().unwrap_or(0);
+    assert!(widest <= 5, "never more rows than tokens left: {widest}");
+    let (_, _, _, off) = generate(REPEATING, 18, 20, false);
+    assert!(off.scheduler.executor.batches.iter().skip(1).all(|b| b.len() == 1));
+    assert_eq!(off.scheduler.stats.snapshot().speculation.drafts, 0);
+}
+
+#[test]
+fn sampled_output_is_the_models_distribution_draw_for_draw() {
+    // A "model" that says a, b or c with probabilities 0.6, 0.3, 0.1 whatever came before:
+    // its output repeats itself, so prompt lookup drafts often, and is often wrong.
+    let weights = vec![(b'a', 0.6), (b'b', 0.3), (b'c', 0.1)];
+    let run = |speculative: bool| {
+        let mut h = Harness::configured(1, 64, |c| c.speculative = speculative);
+        h.scheduler.executor.random = Some((rand::SeedableRng::seed_from_u64(7), weights.clone()));
+        // Rows nearly free: drafts go on however often they are wrong.
+        h.scheduler.forecaster.freeze(crate::forecast::StepCosts { decode_step_ms: 7.0, prefill_token_ms: 2.5 }, 0.1);
+        let mut events = h.submit_n("abcabc", 3000);
+        h.run_to_idle();
+        let spec = h.scheduler.stats.snapshot().speculation;
+        (drain(&mut events).0, spec)
+    };
+    let (plain, _) = run(false);
+    let (fast, spec) = run(true);
+    assert!(spec.drafts > 50 && spec.accepted_tokens < spec.draft_tokens, "{spec:?}");
+    // Every emitted token took one draw, drafted or not: the same seed gives the same text,
+    // so the distribution is the model's (a kept draft is the draw that matched it).
+    assert_eq!(fast, plain);
+    let share = |c: char| fast.chars().filter(|&x| x == c).count() as f64 / fast.len() as f64;
+    assert!((share('a') - 0.6).abs() < 0.04 && (share('b') - 0.3).abs() < 0.04, "{} {}", share('a'), share('b'));
+}
