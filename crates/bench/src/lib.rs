@@ -21,6 +21,7 @@ pub mod report;
 pub mod result;
 pub mod runner;
 pub mod schedule;
+pub mod server_metrics;
 pub mod session;
 pub mod shard;
 pub mod slo;
@@ -237,12 +238,15 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
         });
         let mut level_context = run_context.clone();
         level_context.started_unix_ms = Some(shard::unix_ms_now());
+        let origins: Vec<String> = args.url.iter().map(|u| origin(u).to_string()).collect();
+        let spec_before = server_metrics::scrape_all(&client, &origins, args.api_key.as_deref()).await;
         let mut outcome = runner::run_level(&client, plan).await;
+        let spec_after = server_metrics::scrape_all(&client, &origins, args.api_key.as_deref()).await;
         if let Some(counter) = &output_counter {
             estimate_output_tokens(counter, &mut outcome.records);
         }
         let notes = built.notes.clone();
-        results.push(result::build(RunFacts {
+        let mut result = result::build(RunFacts {
             url: url.clone(),
             urls: args.url.clone(),
             protocol,
@@ -257,7 +261,9 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
                 cut_short: outcome.sessions_cut,
                 turns_not_sent: outcome.turns_not_sent,
             }),
-        }));
+        });
+        result.speculation = server_metrics::SpeculationSummary::between(spec_before, spec_after);
+        results.push(result);
     }
     let output = BenchOutput { levels: results };
     output.write_files(args.output.as_deref(), args.report.as_deref())?;

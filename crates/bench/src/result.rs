@@ -295,6 +295,10 @@ pub struct BenchResult {
     /// Tool workloads (`--tools`): calls made and valid, rounds, TTFT by round.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<crate::tools::ToolCallSummary>,
+    /// Speculative decoding over the level, from the server's own `vllm:spec_decode_*`
+    /// counters (servers that publish them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speculation: Option<crate::server_metrics::SpeculationSummary>,
     /// Sessions only: TTFT and reuse by turn index (turn 1 against later turns shows
     /// whether the server reuses the conversation's KV).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -453,6 +457,7 @@ pub fn build(facts: RunFacts) -> BenchResult {
         tool_calls: crate::tools::ToolCallSummary::of(
             done.iter().filter_map(|r| Some((r.call_check?, r.round.unwrap_or(1), r.ttft_ms))),
         ),
+        speculation: None,
         per_turn,
         sessions: facts.sessions,
         per_target,

@@ -92,45 +92,105 @@ pub(crate) struct Forecaster {
     /// Completion tokens of recent finished requests, smoothed.
     expected_completion: f64,
     step_tokens: usize,
-    /// What one drafted row adds to a decode step, once measured (speculative decoding).
-    draft_row_ms: Option<f64>,
+    /// What decode-only steps cost by their rows, for pricing drafts.
+    rows: RowCosts,
     /// Costs given, not measured (tests, whose fake steps take no time).
     frozen: bool,
 }
 
-/// What a decode step costs and what a drafted row adds to it, for pricing drafts.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct DraftPrices {
-    pub step_ms: f64,
-    pub row_ms: f64,
+/// What a decode-only step costs by how many rows it computes (a row per generating
+/// sequence, plus drafted tokens), measured. On CPU the cost is far from linear: with
+/// SmolLM2 on two cores at ~650 cached tokens, 1 row took 9 ms, 2 rows 22 ms, 9 rows 56 ms
+/// (llama.cpp's one-row path is its fastest), so a short draft can cost more than it saves
+/// where a long one pays. Rows never measured are priced from the nearest measured count
+/// below, each further row at `PRIOR_ROW_SHARE` of a one-row step.
+#[derive(Debug, Clone)]
+pub(crate) struct RowCosts {
+    ms: [Option<f64>; ROW_COUNTS],
 }
 
-/// Before a draft was measured, a drafted row is priced at this share of a decode step:
-/// on CPU each query row pays attention over every cached cell, row by row (see
-/// `attention_cost`), so a row costs most of what a one-row step does (measured ~0.6 at
-/// 650 cached tokens on two cores).
-const PRIOR_DRAFT_ROW_SHARE: f64 = 0.6;
+/// Row counts priced apart; beyond, the last is extrapolated.
+const ROW_COUNTS: usize = 64;
+
+/// A further row's price, as a share of a one-row step, until measured.
+const PRIOR_ROW_SHARE: f64 = 0.5;
+
+impl Default for RowCosts {
+    fn default() -> Self {
+        Self { ms: [None; ROW_COUNTS] }
+    }
+}
+
+impl RowCosts {
+    /// Measured as `first_row_ms` for one row and `row_ms` more for each further row.
+    #[cfg(test)]
+    pub fn linear(first_row_ms: f64, row_ms: f64) -> Self {
+        let mut costs = Self::default();
+        for rows in 1..ROW_COUNTS {
+            costs.ms[rows] = Some(first_row_ms + (rows - 1) as f64 * row_ms);
+        }
+        costs
+    }
+
+    /// A decode-only step of `rows` rows took `took_ms`.
+    pub fn observe(&mut self, rows: usize, took_ms: f64) {
+        if let Some(slot) = self.ms.get_mut(rows) {
+            *slot = Some(slot.map_or(took_ms, |ms| ms + SMOOTHING * (took_ms - ms)));
+        }
+    }
+
+    /// What a decode-only step of `rows` rows is expected to cost; `one_row_ms` when
+    /// nothing was measured yet.
+    pub fn price(&self, rows: usize, one_row_ms: f64) -> f64 {
+        let rows = rows.max(1);
+        let one = self.ms[1].unwrap_or(one_row_ms);
+        if let Some(Some(ms)) = self.ms.get(rows) {
+            return *ms;
+        }
+        let below = (1..rows.min(ROW_COUNTS)).rev().find_map(|r| self.ms[r].map(|ms| (r, ms))).unwrap_or((1, one));
+        below.1 + (rows - below.0) as f64 * PRIOR_ROW_SHARE * one
+    }
+}
+
+/// Step prices for `speculate`: what a decode step of so many rows costs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DraftPrices<'a> {
+    rows: &'a RowCosts,
+    one_row_ms: f64,
+}
+
+impl<'a> DraftPrices<'a> {
+    #[cfg(test)]
+    pub fn new(rows: &'a RowCosts, one_row_ms: f64) -> Self {
+        Self { rows, one_row_ms }
+    }
+
+    pub fn step_ms(&self, rows: usize) -> f64 {
+        self.rows.price(rows, self.one_row_ms)
+    }
+}
 
 impl Forecaster {
     pub fn new(step_tokens: usize) -> Self {
-        Self { costs: StepCosts::default(), expected_completion: 128.0, step_tokens, draft_row_ms: None, frozen: false }
-    }
-
-    /// A decode-only step that fed `drafted` drafted rows beside its decode rows: what
-    /// each row added to a decode step.
-    pub fn observe_drafts(&mut self, took_ms: f64, drafted: usize) {
-        if self.frozen || drafted == 0 {
-            return;
+        Self {
+            costs: StepCosts::default(),
+            expected_completion: 128.0,
+            step_tokens,
+            rows: RowCosts::default(),
+            frozen: false,
         }
-        let per_row = ((took_ms - self.costs.decode_step_ms) / drafted as f64).max(0.0);
-        let prior = self.draft_prices().row_ms;
-        self.draft_row_ms = Some(prior + SMOOTHING * (per_row - prior));
     }
 
-    /// What drafts are priced at now.
-    pub fn draft_prices(&self) -> DraftPrices {
-        let step_ms = self.costs.decode_step_ms;
-        DraftPrices { step_ms, row_ms: self.draft_row_ms.unwrap_or(PRIOR_DRAFT_ROW_SHARE * step_ms) }
+    /// A decode-only step (no prompt tokens) of `rows` rows, drafts included, took `took_ms`.
+    pub fn observe_decode_rows(&mut self, rows: usize, took_ms: f64) {
+        if !self.frozen {
+            self.rows.observe(rows, took_ms);
+        }
+    }
+
+    /// What decode steps cost by their rows, to price drafts with.
+    pub fn row_costs(&self) -> DraftPrices<'_> {
+        DraftPrices { rows: &self.rows, one_row_ms: self.costs.decode_step_ms }
     }
 
     /// A step that took `took_ms` for `decode_tokens` and `prefill_tokens`.
@@ -140,10 +200,12 @@ impl Forecaster {
         }
     }
 
-    /// Uses `costs` and `draft_row_ms` from now on, whatever steps take.
+    /// Uses `costs`, and a step of r decode rows costs `one_row_ms + (r - 1) * row_ms`,
+    /// from now on, whatever steps take.
     #[cfg(test)]
-    pub fn freeze(&mut self, costs: StepCosts, draft_row_ms: f64) {
-        (self.costs, self.draft_row_ms, self.frozen) = (costs, Some(draft_row_ms), true);
+    pub fn freeze(&mut self, costs: StepCosts, row_ms: f64) {
+        self.rows = RowCosts::linear(costs.decode_step_ms, row_ms);
+        (self.costs, self.frozen) = (costs, true);
     }
 
     /// A request that ended on its own (not cancelled or failed) after `tokens`.
@@ -344,5 +406,19 @@ mod tests {
             [0.0, 10.0 * costs.decode_step_ms, 100.0 * costs.prefill_token_ms + 118.0 * costs.decode_step_ms];
         assert_eq!(outlook.slot_free_ms, expected);
         assert_eq!((outlook.prefill_left, outlook.step_tokens, outlook.expected_completion), (100, 256, 118.0));
+    }
+
+    #[test]
+    fn row_counts_are_priced_as_measured_and_unmeasured_ones_from_the_nearest_below() {
+        let mut rows = RowCosts::default();
+        assert_eq!(rows.price(3, 10.0), 10.0 + 2.0 * 5.0, "nothing measured: from the one-row cost");
+        rows.observe(1, 9.0);
+        rows.observe(2, 22.0);
+        assert_eq!(rows.price(1, 10.0), 9.0);
+        assert_eq!(rows.price(2, 10.0), 22.0);
+        assert_eq!(rows.price(5, 10.0), 22.0 + 3.0 * 4.5, "from 2 rows, 0.5 of a one-row step each");
+        rows.observe(2, 12.0);
+        assert!((rows.price(2, 10.0) - 21.0).abs() < 1e-9, "smoothed");
+        assert_eq!(rows.price(500, 10.0), 21.0 + 498.0 * 4.5, "past the table: extrapolated");
     }
 }

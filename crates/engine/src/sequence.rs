@@ -100,6 +100,9 @@ pub(crate) struct Sequence {
     pub drafts: Vec<TokenId>,
     /// Share of drafted tokens the model kept, smoothed: how deep the next draft goes.
     pub acceptance: f64,
+    /// The token prompt lookup expected next when no draft was fed: checked against the
+    /// sampled one, so the acceptance estimate keeps learning while nothing is drafted.
+    pub predicted: Option<TokenId>,
     token_bytes: Vec<u8>,
     admitted: Instant,
     first_token_at: Option<Instant>,
@@ -123,6 +126,7 @@ impl Sequence {
             forks: Vec::new(),
             drafts: Vec::new(),
             acceptance: crate::speculate::PRIOR_ACCEPTANCE,
+            predicted: None,
             token_bytes: Vec::with_capacity(32),
             admitted: Instant::now(),
             first_token_at: None,

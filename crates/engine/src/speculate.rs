@@ -7,6 +7,8 @@
 //! prompt token's compute, which a draft repays only where it is likely to be accepted.
 
 use crate::forecast::DraftPrices;
+#[cfg(test)]
+use crate::forecast::RowCosts;
 use crate::runtime::TokenId;
 use crate::sequence::Sequence;
 
@@ -18,15 +20,16 @@ const MIN_NGRAM: usize = 2;
 /// Most tokens drafted for one sequence in one step.
 pub(crate) const MAX_DRAFT: usize = rillm_backend::DRAFT_POSITIONS;
 
-/// Acceptance assumed for a sequence that has not drafted yet.
-pub(crate) const PRIOR_ACCEPTANCE: f64 = 0.8;
+/// A draft must promise this much more output per millisecond than no draft: prices are
+/// measured on a noisy machine, and a draft that only breaks even costs latency.
+const MIN_GAIN: f64 = 1.05;
+
+/// Acceptance assumed for a sequence before anything was drafted or predicted: a few of its
+/// tokens checked against the lookup's prediction settle it either way.
+pub(crate) const PRIOR_ACCEPTANCE: f64 = 0.5;
 
 /// How quickly a sequence's acceptance estimate follows its latest verified drafts.
 const ACCEPTANCE_SMOOTHING: f64 = 0.3;
-
-/// How quickly it drifts back to the prior while drafts are found but not fed: after a
-/// few dozen such steps, a draft is tried again.
-const RECOVERY: f64 = 0.03;
 
 /// Sets each generating sequence's drafts for the next step: what prompt lookup finds, as
 /// deep as pays at this step's size, within `budget` extra rows in all. `history` is a
@@ -38,9 +41,10 @@ pub(crate) fn propose_drafts(
     mut budget: usize,
     history: &mut Vec<TokenId>,
 ) {
-    let rows: usize = slots.iter().flatten().map(|s| s.uncached_generated().len()).sum();
+    let mut rows: usize = slots.iter().flatten().map(|s| s.uncached_generated().len()).sum();
     for seq in slots.iter_mut().flatten() {
         seq.drafts.clear();
+        seq.predicted = None;
         let room = seq.may_draft(ctx_limit).min(budget).min(MAX_DRAFT);
         if room == 0 || seq.uncached_generated().len() != 1 {
             continue;
@@ -48,13 +52,11 @@ pub(crate) fn propose_drafts(
         seq.history_into(history);
         let found = lookup_draft(history, room);
         let k = draft_len(found.len(), seq.acceptance, rows, prices);
-        if k == 0 && !found.is_empty() {
-            // Not drafting leaves nothing to learn from: drift back towards trying, so a
-            // sequence that turns to copying text later gets drafts again.
-            seq.acceptance += RECOVERY * (PRIOR_ACCEPTANCE - seq.acceptance);
-        }
+        // Not drafting still teaches: was the lookup's first token the model's next?
+        seq.predicted = if k == 0 { found.first().copied() } else { None };
         seq.drafts.extend_from_slice(&found[..k]);
         budget -= k;
+        rows += k;
     }
 }
 
@@ -77,21 +79,20 @@ pub(crate) fn lookup_draft(history: &[TokenId], max: usize) -> &[TokenId] {
 }
 
 /// How many of `available` drafted tokens to feed: the count that most raises the step's
-/// output per millisecond, given the sequence's acceptance rate per token, the `rows`
-/// (decode tokens) the step already computes and the measured prices. Accepted drafts add
-/// `a + a^2 + ... + a^k` tokens to the step's output; each drafted row adds its measured
-/// cost. Zero where no draft pays, so text that does not repeat itself costs nothing.
+/// output per millisecond, given the sequence's acceptance rate per token, the `rows` the
+/// step already computes and what steps of so many rows were measured to cost. Accepted
+/// drafts add `a + a^2 + ... + a^k` tokens to the step's output. Zero where no draft pays
+/// (by at least `MIN_GAIN`), so text that does not repeat itself costs nothing.
 pub(crate) fn draft_len(available: usize, acceptance: f64, rows: usize, prices: DraftPrices) -> usize {
-    let step_ms = prices.step_ms.max(1e-3);
-    let row_ms = prices.row_ms.max(0.0);
-    let rows = rows.max(1) as f64;
-    let mut best = (0, rows / step_ms);
+    let rows = rows.max(1);
+    let base = rows as f64 / prices.step_ms(rows).max(1e-3);
+    let mut best = (0, base * MIN_GAIN);
     let mut expected = 0.0;
     let mut reach = 1.0;
     for k in 1..=available.min(MAX_DRAFT) {
         reach *= acceptance;
         expected += reach;
-        let rate = (rows + expected) / (step_ms + k as f64 * row_ms);
+        let rate = (rows as f64 + expected) / prices.step_ms(rows + k).max(1e-3);
         if rate > best.1 {
             best = (k, rate);
         }
@@ -133,19 +134,26 @@ mod tests {
 
     #[test]
     fn drafts_are_fed_only_where_they_raise_the_step_output() {
-        let prices = DraftPrices { step_ms: 7.0, row_ms: 2.5 };
+        let cheap = RowCosts::linear(7.0, 2.5);
+        let prices = DraftPrices::new(&cheap, 7.0);
         // One stream, drafts that are usually right: draft deep.
         assert!(draft_len(8, 0.9, 1, prices) >= 3);
         // Rarely right: not worth a row.
         assert_eq!(draft_len(8, 0.2, 1, prices), 0);
-        // A full batch makes a row dear: the same acceptance drafts less, or not at all.
-        let busy = DraftPrices { step_ms: 50.0, row_ms: 2.5 };
+        // A full batch (16 rows, 3 ms each) makes the same acceptance draft less, or not at all.
+        let full = RowCosts::linear(7.0, 3.0);
+        let busy = DraftPrices::new(&full, 7.0);
         assert!(draft_len(8, 0.7, 16, busy) < draft_len(8, 0.7, 1, prices));
         assert_eq!(draft_len(8, 0.5, 16, busy), 0);
-        // A long context makes each row cost most of a step: only near-certain drafts pay.
-        let long = DraftPrices { step_ms: 12.0, row_ms: 7.5 };
-        assert_eq!(draft_len(8, 0.6, 1, long), 0);
-        assert!(draft_len(8, 0.95, 1, long) >= 2);
+        // As measured on CPU: one row 9 ms, two 22 ms, then ~4.5 ms a row. A short draft
+        // never pays; a long one does when nearly every token is kept.
+        let mut cpu = RowCosts::default();
+        cpu.observe(1, 9.0);
+        cpu.observe(2, 22.0);
+        let cpu = DraftPrices::new(&cpu, 9.0);
+        assert_eq!(draft_len(2, 0.95, 1, cpu), 0);
+        assert_eq!(draft_len(8, 0.7, 1, cpu), 0);
+        assert!(draft_len(8, 0.97, 1, cpu) >= 6);
         // Never more than is available.
         assert_eq!(draft_len(2, 0.99, 1, prices), 2);
         assert_eq!(draft_len(0, 0.99, 1, prices), 0);

@@ -80,6 +80,18 @@ const METRICS: &[Metric] = &[
     },
     Metric { name: "tool calls", better: Better::Higher, digits: 0, get: |r| r.tool_calls.map(|c| c.calls as f64) },
     Metric {
+        name: "drafted tokens kept %",
+        better: Better::Higher,
+        digits: 1,
+        get: |r| r.speculation.and_then(|s| s.acceptance_pct),
+    },
+    Metric {
+        name: "tokens a draft",
+        better: Better::Higher,
+        digits: 2,
+        get: |r| r.speculation.and_then(|s| s.mean_accepted_length),
+    },
+    Metric {
         name: "TTFT p50 ms, tool rounds 2+",
         better: Better::Lower,
         digits: 1,

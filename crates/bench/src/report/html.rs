@@ -161,6 +161,10 @@ fn level_section(body: &mut String, r: &BenchResult, is_knee: bool) {
         card(body, "replies with calls", &format!("{} of {}", c.replies_with_calls, c.replies), false);
         card(body, "TTFT p50, tool rounds 2+", &num(c.ttft_p50_later_rounds_ms, 1), false);
     }
+    if let Some(s) = r.speculation.filter(|s| s.drafts > 0) {
+        card(body, "drafted tokens kept", &format!("{} %", num(s.acceptance_pct, 1)), false);
+        card(body, "tokens a draft", &num(s.mean_accepted_length, 2), false);
+    }
     body.push_str("</div>");
     warning(body, "What these figures are, and are not", &r.limits);
     latency_table(body, r);

@@ -94,6 +94,17 @@ pub fn summary(levels: &[BenchResult]) -> String {
                 opt(c.ttft_p50_later_rounds_ms, " ms")
             );
         }
+        if let Some(s) = r.speculation.filter(|s| s.drafts > 0) {
+            let _ = writeln!(
+                out,
+                "  speculative decoding (server's counters): {} drafts, {} of {} drafted tokens kept ({}), {} tokens a draft",
+                s.drafts,
+                s.accepted_tokens,
+                s.draft_tokens,
+                opt(s.acceptance_pct, " %"),
+                opt(s.mean_accepted_length, "")
+            );
+        }
         if let Some(turns) = &r.per_turn {
             let _ = writeln!(
                 out,

@@ -50,7 +50,14 @@ pub(crate) fn decode_next(
     logits: &mut impl Logits,
     ctx: &DecodeContext,
 ) -> Result<Option<FinishReason>, String> {
-    sample_and_accept(seq, row, logits, ctx).map(|(_, finished)| finished)
+    let predicted = seq.predicted.take();
+    let (token, finished) = sample_and_accept(seq, row, logits, ctx)?;
+    if let Some(predicted) = predicted {
+        // As if one token had been drafted.
+        let kept = usize::from(predicted == token);
+        seq.acceptance = crate::speculate::updated_acceptance(seq.acceptance, 1, kept);
+    }
+    Ok(finished)
 }
 
 fn sample_and_accept(

@@ -209,7 +209,7 @@ impl<E: Executor> Scheduler<E> {
         if self.speculative {
             let budget = self.batch.draft_budget(&self.slots);
             let ctx_limit = self.executor.ctx_per_sequence();
-            let prices = self.forecaster.draft_prices();
+            let prices = self.forecaster.row_costs();
             speculate::propose_drafts(&mut self.slots, prices, ctx_limit, budget, &mut self.history);
         }
         self.batch.plan(&mut self.slots, &self.admission_order, &mut self.executor, &self.stats);
@@ -222,12 +222,13 @@ impl<E: Executor> Scheduler<E> {
         let prefilled = self.batch.prefilled();
         let drafted: usize = self.slots.iter().flatten().map(|s| s.drafts.len()).sum();
         let took_ms = started.elapsed().as_secs_f64() * 1000.0;
-        // A step with drafts measures what a drafted row adds; the decode step's own cost is
-        // measured without them, as the base the next drafts are priced against.
-        match (drafted, prefilled) {
-            (0, _) => self.forecaster.observe_step(took_ms, tokens.len() - prefilled, prefilled),
-            (_, 0) => self.forecaster.observe_drafts(took_ms, drafted),
-            _ => {}
+        // Decode-only steps price drafts by their row count; the wait forecast learns from
+        // steps without drafts.
+        if prefilled == 0 {
+            self.forecaster.observe_decode_rows(tokens.len(), took_ms);
+        }
+        if drafted == 0 {
+            self.forecaster.observe_step(took_ms, tokens.len() - prefilled, prefilled);
         }
         // Pending KV copies were carried out at the start of this decode.
         self.kv.copies_done();
