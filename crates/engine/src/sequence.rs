@@ -12,6 +12,10 @@ use rillm_backend::{
     Completion, FinishReason, PromptToken, SamplingParams, ServerTimings, StreamEvent, TokenLogprob, Usage,
 };
 
+/// Draft acceptance assumed for a sequence before anything was drafted or predicted
+/// (`speculate`): a few of its tokens checked against prompt lookup settle it either way.
+const PRIOR_ACCEPTANCE: f64 = 0.5;
+
 /// A request waiting for a sequence slot, already tokenized and validated.
 #[derive(Debug)]
 pub(crate) struct PendingRequest {
@@ -125,7 +129,7 @@ impl Sequence {
             awaits_fork: false,
             forks: Vec::new(),
             drafts: Vec::new(),
-            acceptance: crate::speculate::PRIOR_ACCEPTANCE,
+            acceptance: PRIOR_ACCEPTANCE,
             predicted: None,
             token_bytes: Vec::with_capacity(32),
             admitted: Instant::now(),

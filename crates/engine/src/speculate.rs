@@ -24,9 +24,6 @@ pub(crate) const MAX_DRAFT: usize = rillm_backend::DRAFT_POSITIONS;
 /// measured on a noisy machine, and a draft that only breaks even costs latency.
 const MIN_GAIN: f64 = 1.05;
 
-/// Acceptance assumed for a sequence before anything was drafted or predicted: a few of its
-/// tokens checked against the lookup's prediction settle it either way.
-pub(crate) const PRIOR_ACCEPTANCE: f64 = 0.5;
 
 /// How quickly a sequence's acceptance estimate follows its latest verified drafts.
 const ACCEPTANCE_SMOOTHING: f64 = 0.3;
