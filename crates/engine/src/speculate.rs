@@ -24,7 +24,6 @@ pub(crate) const MAX_DRAFT: usize = rillm_backend::DRAFT_POSITIONS;
 /// measured on a noisy machine, and a draft that only breaks even costs latency.
 const MIN_GAIN: f64 = 1.05;
 
-
 /// How quickly a sequence's acceptance estimate follows its latest verified drafts.
 const ACCEPTANCE_SMOOTHING: f64 = 0.3;
 
