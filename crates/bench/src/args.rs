@@ -188,6 +188,10 @@ pub struct BenchArgs {
     /// One sentence on what this run is and is not, for run_context.
     #[arg(long)]
     pub scope: Option<String>,
+    /// Don't read the server's `/metrics` before and after each level (its speculative
+    /// decoding counters): for endpoints that must see only the benchmark's requests.
+    #[arg(long)]
+    pub no_server_metrics: bool,
     #[arg(long)]
     pub output: Option<PathBuf>,
     /// Self-contained HTML report (inline SVG charts).

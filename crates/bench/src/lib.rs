@@ -239,9 +239,15 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
         let mut level_context = run_context.clone();
         level_context.started_unix_ms = Some(shard::unix_ms_now());
         let origins: Vec<String> = args.url.iter().map(|u| origin(u).to_string()).collect();
-        let spec_before = server_metrics::scrape_all(&client, &origins, args.api_key.as_deref()).await;
+        let scrape = || async {
+            match args.no_server_metrics {
+                true => None,
+                false => server_metrics::scrape_all(&client, &origins, args.api_key.as_deref()).await,
+            }
+        };
+        let spec_before = scrape().await;
         let mut outcome = runner::run_level(&client, plan).await;
-        let spec_after = server_metrics::scrape_all(&client, &origins, args.api_key.as_deref()).await;
+        let spec_after = scrape().await;
         if let Some(counter) = &output_counter {
             estimate_output_tokens(counter, &mut outcome.records);
         }

@@ -156,7 +156,8 @@ async fn sse_parsing_survives_split_reads_comments_crlf_event_lines_and_garbage(
         b"data: [DONE]\n\n",
     ])
     .await;
-    let r = &bench(&["--url", &url, "--requests", "1", "--model", "m"]).await[0];
+    // The scripted server answers one request: the bench must not read its /metrics.
+    let r = &bench(&["--url", &url, "--requests", "1", "--model", "m", "--no-server-metrics"]).await[0];
     let q = &r.requests[0];
     assert_eq!(q.status, Status::Completed, "{:?}", q.error);
     assert_eq!(q.text.as_deref(), Some("Hello wörld"));
@@ -167,7 +168,7 @@ async fn sse_parsing_survives_split_reads_comments_crlf_event_lines_and_garbage(
 
     // Pure garbage: no panic, an honest failure.
     let url = scripted_server(vec![b"\x00\x01 nothing here\n\n", b"data: {]\n\n"]).await;
-    let r = &bench(&["--url", &url, "--requests", "1", "--model", "m"]).await[0];
+    let r = &bench(&["--url", &url, "--requests", "1", "--model", "m", "--no-server-metrics"]).await[0];
     assert_eq!(r.requests[0].status, Status::Failed);
     assert_eq!(r.failed, 1);
 }
