@@ -179,9 +179,11 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     // With the description, what `bench compare` needs to know two runs sent the same requests.
     if let Some(workload) = run_context.workload.as_object_mut() {
         workload.insert("seed".into(), json!(args.seed));
-        let per_level = match amount {
-            Amount::Requests(n) => json!({ "requests": n }),
-            Amount::Duration(d) => json!({ "duration_s": d.as_secs_f64() }),
+        let per_level = match (&built.workload, amount) {
+            // A trace replays its own records (all, or as many as `--requests` said).
+            (Workload::Trace(requests), _) => json!({ "requests": requests.len() }),
+            (_, Amount::Requests(n)) => json!({ "requests": n }),
+            (_, Amount::Duration(d)) => json!({ "duration_s": d.as_secs_f64() }),
         };
         workload.insert("per_level".into(), per_level);
     }

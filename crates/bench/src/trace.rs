@@ -127,7 +127,7 @@ pub fn load(
     scaling: &TraceScaling,
     limit: Option<usize>,
     horizon_s: Option<f64>,
-) -> Result<(TraceFormat, Vec<TraceRequest>), TraceError> {
+) -> Result<(TraceFormat, Vec<TraceRequest>, usize), TraceError> {
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|source| TraceError::Io { path: name.clone(), source })?;
     let err = |message: String| TraceError::Format { path: name.clone(), message };
@@ -138,6 +138,9 @@ pub fn load(
     };
     // Parse only what the run replays: a one-hour trace has tens of thousands of rows.
     let wanted = limit.map(|n| n.saturating_add(scaling.offset));
+    // Records the file holds past the offset: the summary says how many were replayed of them.
+    let header = usize::from(format != TraceFormat::Mooncake);
+    let available = text.lines().filter(|l| !l.trim().is_empty()).count().saturating_sub(header + scaling.offset);
     let raw = match format {
         TraceFormat::Mooncake => mooncake(&text, wanted).map_err(err)?,
         TraceFormat::Azure => azure(&text, wanted).map_err(err)?,
@@ -167,7 +170,7 @@ pub fn load(
             hash_ids: r.hash_ids,
         });
     }
-    Ok((format, out))
+    Ok((format, out, available))
 }
 
 fn mooncake(text: &str, wanted: Option<usize>) -> Result<Vec<Raw>, String> {
@@ -236,7 +239,7 @@ mod tests {
             max_output_tokens: Some(40),
             ..TraceScaling::default()
         };
-        let (format, t) = load(&p, TraceFormat::Auto, &scaling, None, None).unwrap();
+        let (format, t, _) = load(&p, TraceFormat::Auto, &scaling, None, None).unwrap();
         assert_eq!(format, TraceFormat::Azure);
         assert_eq!(t.len(), 3);
         assert_eq!(t[0].at_s, 0.0);
@@ -252,24 +255,24 @@ mod tests {
                      {\"timestamp\": 1000, \"input_length\": 600, \"output_length\": 6, \"hash_ids\": [1, 3]}\n\
                      {\"timestamp\": 3000, \"input_length\": 100, \"output_length\": 7, \"hash_ids\": [4]}\n";
         let p = write("mc.jsonl", lines);
-        let (format, t) = load(&p, TraceFormat::Auto, &TraceScaling::default(), None, None).unwrap();
+        let (format, t, _) = load(&p, TraceFormat::Auto, &TraceScaling::default(), None, None).unwrap();
         assert_eq!(format, TraceFormat::Mooncake);
         assert_eq!(t[1].hash_ids, vec![1, 3]);
         assert_eq!(t[2].at_s, 3.0);
         let offset = TraceScaling { offset: 1, ..TraceScaling::default() };
-        let (_, t) = load(&p, TraceFormat::Mooncake, &offset, Some(5), None).unwrap();
-        assert_eq!(t.len(), 2);
+        let (_, t, available) = load(&p, TraceFormat::Mooncake, &offset, Some(5), None).unwrap();
+        assert_eq!((t.len(), available), (2, 2), "records past the offset");
         assert_eq!((t[0].at_s, t[1].at_s), (0.0, 2.0), "relative to the first replayed record");
-        let (_, t) = load(&p, TraceFormat::Mooncake, &TraceScaling::default(), None, Some(1.5)).unwrap();
+        let (_, t, _) = load(&p, TraceFormat::Mooncake, &TraceScaling::default(), None, Some(1.5)).unwrap();
         assert_eq!(t.len(), 2);
-        let (_, t) = load(&p, TraceFormat::Mooncake, &TraceScaling::default(), Some(1), None).unwrap();
+        let (_, t, _) = load(&p, TraceFormat::Mooncake, &TraceScaling::default(), Some(1), None).unwrap();
         assert_eq!(t.len(), 1);
     }
 
     #[test]
     fn burstgpt_reads_seconds_and_bad_rows_name_their_row() {
         let p = write("bg.csv", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,472,18,490,Conversation log\n7.5,GPT-4,1087,0,1087,API log\n");
-        let (format, t) = load(&p, TraceFormat::Auto, &TraceScaling::default(), None, None).unwrap();
+        let (format, t, _) = load(&p, TraceFormat::Auto, &TraceScaling::default(), None, None).unwrap();
         assert_eq!(format, TraceFormat::Burstgpt);
         assert_eq!((t[1].at_s, t[1].input_tokens, t[1].output_tokens), (2.5, 1087, 1));
         let bad =
@@ -287,7 +290,7 @@ mod tests {
     fn the_azure_trace_excerpt_parses_at_its_recorded_times() {
         let path =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/azure-llm-2023-conv-head200.csv");
-        let (_, all) = load(&path, TraceFormat::Auto, &TraceScaling::default(), None, None).unwrap();
+        let (_, all, _) = load(&path, TraceFormat::Auto, &TraceScaling::default(), None, None).unwrap();
         assert_eq!(all.len(), 200);
         let span = all.last().unwrap().at_s;
         assert!((61.0..61.5).contains(&span), "its first minute, got {span} s");

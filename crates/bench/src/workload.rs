@@ -211,8 +211,8 @@ async fn trace_workload(
         max_output_tokens: args.max_output_tokens,
         offset: args.trace_offset,
     };
-    let limit = if args.duration.is_some() { None } else { Some(args.requests.unwrap_or(crate::DEFAULT_REQUESTS)) };
-    let (format, records) = trace::load(path, args.trace_format, &scaling, limit, args.duration)?;
+    // The whole trace unless told otherwise (`--requests`, or `--duration` of recorded time).
+    let (format, records, available) = trace::load(path, args.trace_format, &scaling, args.requests, args.duration)?;
     let mut synth = PromptSynth::new(counter, args.seed).await?;
     let block = args.trace_block_tokens.max(1);
     let mut requests = Vec::with_capacity(records.len());
@@ -236,9 +236,12 @@ async fn trace_workload(
             spec: RequestSpec { prompt_tokens: counted, ..RequestSpec::new(prompt, r.output_tokens) },
         });
     }
-    let notes = prompt_notes(counter, &synth, requests.len(), chat);
+    let mut notes = prompt_notes(counter, &synth, requests.len(), chat);
+    let skipped = if args.trace_offset > 0 { format!(", after skipping {}", args.trace_offset) } else { String::new() };
+    notes.push(format!("Replayed {} of the trace's {available} records{skipped}.", requests.len()));
     let description = json!({
         "kind": "trace",
+        "records_in_trace": available,
         "source": path.display().to_string(),
         "sha256": crate::sha256_file(path),
         "format": format,

@@ -207,3 +207,24 @@ async fn workload_mistakes_are_refused_with_a_reason() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trace_replays_whole_unless_told_and_says_how_much_of_it() {
+    let mock = Mock::start(1, 1, 4, 10_000);
+    let trace = write(
+        "whole.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n\
+         2023-11-16 18:00:00.0000000,20,2\n2023-11-16 18:00:00.2000000,20,2\n2023-11-16 18:00:00.5000000,20,2\n\
+         2023-11-16 18:00:00.9000000,20,2\n2023-11-16 18:00:01.0000000,20,2\n2023-11-16 18:00:09.0000000,20,2\n",
+    );
+    let url = format!("{}/v1/completions", mock.base);
+    let base = ["--url", &url, "--trace", &trace, "--time-scale", "0.05"];
+    let r = &bench(&base).await[0];
+    assert_eq!((r.offered_requests, r.completed), (6, 6), "the whole trace: {}", r.limits);
+    assert!(r.limits.contains("Replayed 6 of the trace's 6 records."), "{}", r.limits);
+    assert_eq!(r.run_context.workload["per_level"]["requests"], 6);
+    let r = &bench(&[&base[..], &["--requests", "2", "--trace-offset", "1"]].concat()).await[0];
+    assert_eq!(r.offered_requests, 2);
+    assert!(r.limits.contains("Replayed 2 of the trace's 5 records, after skipping 1."), "{}", r.limits);
+    assert_eq!(r.run_context.workload["records_in_trace"], 5);
+}
