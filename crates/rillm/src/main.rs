@@ -3,6 +3,7 @@
 mod bench;
 mod generate;
 mod model_args;
+mod open_files;
 mod serve;
 
 use clap::{Parser, Subcommand};

@@ -48,15 +48,31 @@ pub struct ServeArgs {
     /// Request body limit in bytes.
     #[arg(long, default_value_t = ServerConfig::default().max_body_bytes)]
     max_body_bytes: usize,
-    /// Most open client connections; more are closed on accept (with a log line).
-    #[arg(long, default_value_t = ConnectionLimits::default().max_connections)]
-    max_connections: usize,
+    /// Most open client connections; more are closed on accept (with a log line). Default:
+    /// the open-file limit (raised to its hard limit at start) less 64, at most 16,384.
+    #[arg(long)]
+    max_connections: Option<usize>,
     /// Seconds a request's headers may take to arrive before the connection is closed.
     #[arg(long, default_value_t = ConnectionLimits::default().header_read_timeout.as_secs())]
     header_read_timeout: u64,
     /// Seconds a connection may stay silent (no request, no response bytes) before it is closed.
     #[arg(long, default_value_t = ConnectionLimits::default().idle_timeout.as_secs())]
     idle_timeout: u64,
+}
+
+/// The connection cap: as given, or from the open-file limit after raising it (logged).
+fn connection_cap(given: Option<usize>) -> usize {
+    let raised = crate::open_files::raise_limit();
+    let cap = match (given, raised) {
+        (Some(cap), _) => cap,
+        (None, Some((_, limit))) => crate::open_files::default_max_connections(limit),
+        (None, None) => ConnectionLimits::default().max_connections,
+    };
+    match raised {
+        Some((before, after)) => tracing::info!(before, after, max_connections = cap, "open-file limit"),
+        None => tracing::info!(max_connections = cap, "open-file limit unknown"),
+    }
+    cap
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -66,6 +82,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             "the API key is empty (--api-key or RILLM_API_KEY); give a key, or unset it to serve without auth"
         );
     }
+    let max_connections = connection_cap(args.max_connections);
     let mut engine_config = args.model.engine_config(args.max_running, args.max_waiting)?;
     engine_config.max_queue_ms = args.max_queue_ms;
     let server_config = ServerConfig {
@@ -77,7 +94,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         sse_keep_alive: ServerConfig::default().sse_keep_alive,
         served_model_name: args.served_model_name,
         connections: ConnectionLimits {
-            max_connections: args.max_connections,
+            max_connections,
             header_read_timeout: Duration::from_secs(args.header_read_timeout),
             idle_timeout: Duration::from_secs(args.idle_timeout),
         },
