@@ -68,6 +68,11 @@ pub trait Backend: Send + Sync + 'static {
     fn tokenizer_info(&self) -> TokenizerInfo {
         TokenizerInfo::default()
     }
+    /// `tokenizer_info().chat_template_tools`, without copying the template (asked per chat
+    /// request).
+    fn chat_template_tools(&self) -> bool {
+        self.tokenizer_info().chat_template_tools
+    }
     /// `None` when the engine reuses no prefixes (nothing for a prefix-aware router to score).
     fn cache_layout(&self) -> Option<CacheLayout> {
         None

@@ -211,9 +211,10 @@ impl Sequence {
         out.extend_from_slice(&self.generated_ids);
     }
 
-    /// Whether drafts may be fed for it: generating, free of a constraint (whose forced
-    /// tokens are fed already), with room for them within `max_tokens` and the context.
-    pub fn may_draft(&self, ctx_limit: u32) -> usize {
+    /// How many drafted tokens may be fed for it: none unless it is generating free of a
+    /// constraint (whose forced tokens are fed already), else what `max_tokens` and the
+    /// context leave room for.
+    pub fn draft_room(&self, ctx_limit: u32) -> usize {
         if self.is_prefilling() || self.request.constraint.is_some() || self.awaits_fork {
             return 0;
         }

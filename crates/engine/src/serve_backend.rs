@@ -31,6 +31,10 @@ impl Backend for Engine {
         Engine::tokenizer_info(self).clone()
     }
 
+    fn chat_template_tools(&self) -> bool {
+        Engine::tokenizer_info(self).chat_template_tools
+    }
+
     fn context_length(&self) -> u32 {
         self.ctx_per_sequence()
     }

@@ -41,7 +41,7 @@ pub(crate) fn propose_drafts(
     for seq in slots.iter_mut().flatten() {
         seq.drafts.clear();
         seq.predicted = None;
-        let room = seq.may_draft(ctx_limit).min(budget).min(MAX_DRAFT);
+        let room = seq.draft_room(ctx_limit).min(budget).min(MAX_DRAFT);
         if room == 0 || seq.uncached_generated().len() != 1 {
             continue;
         }

@@ -68,7 +68,7 @@ impl AppState {
 
     /// The model's chat template lists tools and writes calls itself (see `tools::prompt`).
     pub fn template_writes_tools(&self) -> bool {
-        self.backend().is_some_and(|b| b.tokenizer_info().chat_template_tools)
+        self.backend().is_some_and(|b| b.chat_template_tools())
     }
 
     /// The backend if new work may start now, else the 503 to send.
