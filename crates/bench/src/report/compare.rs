@@ -411,10 +411,9 @@ fn level_cards(body: &mut String, runs: &[Run], l: usize) {
 }
 
 fn level_table(body: &mut String, runs: &[Run], l: usize) {
-    let ratio_headers: Vec<String> = runs[1..].iter().map(|r| format!("{} / {}", r.label, runs[0].label)).collect();
+    let columns = headers(runs, |a, b| format!("{a} / {b}"));
     let mut header: Vec<&str> = vec!["metric", "better"];
-    header.extend(runs.iter().map(|r| r.label.as_str()));
-    header.extend(ratio_headers.iter().map(String::as_str));
+    header.extend(columns.iter().map(String::as_str));
     let rows: Vec<(&str, Vec<Cell>)> = rows(runs, l)
         .iter()
         .map(|row| {
