@@ -13,6 +13,7 @@ mod request;
 pub mod scripted;
 mod stats;
 mod stream;
+mod tool_format;
 
 pub use rejected::Rejected;
 pub use request::{
@@ -23,6 +24,7 @@ pub use stats::{
     CacheLayout, ConstraintSnapshot, PrefixCacheSnapshot, SpeculationSnapshot, StatsSnapshot, DRAFT_POSITIONS,
 };
 pub use stream::RequestStream;
+pub use tool_format::ToolCallFormat;
 
 /// What clients that tokenize for themselves need to know of the model's tokenizer.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -31,10 +33,10 @@ pub struct TokenizerInfo {
     pub eos_token: Option<String>,
     /// The Jinja source of the model's chat template.
     pub chat_template: Option<String>,
-    /// The chat template lists tools and writes calls and results itself, in the Hermes
-    /// `<tool_call>` format (Qwen2.5's, Hermes 2/3's): the server passes it the tools
-    /// instead of writing its own block.
-    pub chat_template_tools: bool,
+    /// The chat template lists tools and writes calls and results itself, in this format
+    /// (Qwen2.5's and Hermes 2/3's write Hermes, Llama 3.1's Llama 3 JSON, Mistral's
+    /// `[TOOL_CALLS]`): the server passes it the tools instead of writing its own block.
+    pub chat_template_tools: Option<ToolCallFormat>,
 }
 
 /// Whether the engine behind a backend can still serve.
@@ -70,7 +72,7 @@ pub trait Backend: Send + Sync + 'static {
     }
     /// `tokenizer_info().chat_template_tools`, without copying the template (asked per chat
     /// request).
-    fn chat_template_tools(&self) -> bool {
+    fn chat_template_tools(&self) -> Option<ToolCallFormat> {
         self.tokenizer_info().chat_template_tools
     }
     /// `None` when the engine reuses no prefixes (nothing for a prefix-aware router to score).

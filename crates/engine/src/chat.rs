@@ -8,14 +8,14 @@ use minijinja::value::Kwargs;
 use minijinja::{context, Environment, Error, ErrorKind, Value};
 use serde::Serialize;
 
-use rillm_backend::{ChatMessage, ChatToolCall};
+use rillm_backend::{ChatMessage, ChatToolCall, ToolCallFormat};
 
 /// A compiled chat template plus the special-token strings it may reference.
 pub struct ChatTemplate {
     env: Environment<'static>,
     bos_token: String,
     eos_token: String,
-    hermes_tools: bool,
+    tool_format: Option<ToolCallFormat>,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -39,8 +39,8 @@ impl ChatTemplate {
         env.add_filter("tojson", python_tojson);
         env.add_template_owned(NAME, source.to_owned())?;
         let mut template =
-            Self { env, bos_token: bos_token.to_owned(), eos_token: eos_token.to_owned(), hermes_tools: false };
-        template.hermes_tools = source.contains("<tool_call>") && template.renders_a_tool_round();
+            Self { env, bos_token: bos_token.to_owned(), eos_token: eos_token.to_owned(), tool_format: None };
+        template.tool_format = template.probe_tool_format();
         Ok(template)
     }
 
@@ -57,31 +57,41 @@ impl ChatTemplate {
         })
     }
 
-    /// The template lists tools and writes earlier calls and their results itself, in the
-    /// Hermes `<tool_call>` format the server's tool grammar and parser speak.
-    pub fn renders_hermes_tools(&self) -> bool {
-        self.hermes_tools
+    /// The format the template writes calls in, when it lists tools and writes earlier calls
+    /// and their results itself (then the server passes it the tools as they are).
+    pub fn tool_format(&self) -> Option<ToolCallFormat> {
+        self.tool_format
     }
 
-    /// Whether a probe tool, a call of it and its result all appear in the rendering (how
-    /// llama.cpp's `common/chat.cpp` learns a template's capabilities).
-    fn renders_a_tool_round(&self) -> bool {
+    /// Renders a probe tool, a call of it and its result (how llama.cpp's `common/chat.cpp`
+    /// learns a template's capabilities): all must appear, and the call's markup says the
+    /// format. The id has Mistral's nine characters (its template refuses any other).
+    fn probe_tool_format(&self) -> Option<ToolCallFormat> {
         let tool = serde_json::json!({"type": "function", "function": {
             "name": "rillm_probe_tool", "description": "probe", "parameters": {"type": "object", "properties": {}}}});
         let mut call = ChatMessage::new("assistant", "");
         call.tool_calls.push(ChatToolCall {
-            id: "call_probe".into(),
+            id: "probecall".into(),
             name: "rillm_probe_call".into(),
             arguments: serde_json::json!({"rillm_probe_argument": 1}),
         });
         let mut result = ChatMessage::new("tool", "rillm_probe_result");
-        result.tool_call_id = Some("call_probe".into());
+        result.tool_call_id = Some("probecall".into());
         let messages = [ChatMessage::new("user", "hi"), call, result];
-        self.render(&messages, &[tool]).is_ok_and(|text| {
-            ["rillm_probe_tool", "rillm_probe_call", "rillm_probe_argument", "rillm_probe_result"]
-                .iter()
-                .all(|probe| text.contains(probe))
-        })
+        let text = self.render(&messages, &[tool]).ok()?;
+        let probes = ["rillm_probe_tool", "rillm_probe_call", "rillm_probe_argument", "rillm_probe_result"];
+        if !probes.iter().all(|probe| text.contains(probe)) {
+            return None;
+        }
+        if text.contains("<tool_call>") {
+            Some(ToolCallFormat::Hermes)
+        } else if text.contains("[TOOL_CALLS]") {
+            Some(ToolCallFormat::Mistral)
+        } else if text.contains(r#"{"name": "rillm_probe_call", "parameters": "#) {
+            Some(ToolCallFormat::Llama3Json)
+        } else {
+            None
+        }
     }
 
     /// Renders the conversation as pieces that say whether they are message content.
@@ -261,8 +271,8 @@ mod tests {
     #[test]
     fn a_template_that_writes_tools_renders_them_calls_and_results() {
         let qwen = ChatTemplate::new(QWEN25, "", "<|im_end|>").unwrap();
-        assert!(qwen.renders_hermes_tools());
-        assert!(!ChatTemplate::new(CHATML, "", "").unwrap().renders_hermes_tools(), "ChatML lists no tools");
+        assert_eq!(qwen.tool_format(), Some(ToolCallFormat::Hermes));
+        assert_eq!(ChatTemplate::new(CHATML, "", "").unwrap().tool_format(), None, "ChatML lists no tools");
         let tool = serde_json::json!({"type": "function", "function": {"name": "get_weather",
             "description": "Today's weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}});
         let mut call = ChatMessage::new("assistant", "");
@@ -283,5 +293,29 @@ mod tests {
         let segments = qwen.render_segments(&messages, &[tool]).unwrap();
         let content: Vec<&str> = segments.iter().filter(|s| s.content).map(|s| s.text.as_str()).collect();
         assert_eq!(content, ["Weather in Oslo?", "{\"temp\": 3}"]);
+    }
+
+    #[test]
+    fn llama_and_mistral_templates_are_told_by_the_calls_they_write() {
+        let llama = ChatTemplate::new(include_str!("../tests/fixtures/llama3.1-instruct.jinja"), "", "").unwrap();
+        assert_eq!(llama.tool_format(), Some(ToolCallFormat::Llama3Json));
+        let mistral =
+            ChatTemplate::new(include_str!("../tests/fixtures/mistral-nemo-instruct.jinja"), "<s>", "</s>").unwrap();
+        assert_eq!(mistral.tool_format(), Some(ToolCallFormat::Mistral));
+        let tool = serde_json::json!({"type": "function", "function": {"name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}});
+        let mut call = ChatMessage::new("assistant", "");
+        call.tool_calls.push(ChatToolCall {
+            id: "abcdefghi".into(),
+            name: "get_weather".into(),
+            arguments: serde_json::json!({"city": "Oslo"}),
+        });
+        let mut result = ChatMessage::new("tool", "{\"temp\": 3}");
+        result.tool_call_id = Some("abcdefghi".into());
+        let messages = [ChatMessage::new("user", "Weather in Oslo?"), call, result];
+        let out = llama.render(&messages, std::slice::from_ref(&tool)).unwrap();
+        assert!(out.contains("{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}"), "{out}");
+        let out = mistral.render(&messages, &[tool]).unwrap();
+        assert!(out.contains("[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}, \"id\": \"abcdefghi\"}]</s>"), "{out}");
     }
 }

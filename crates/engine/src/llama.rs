@@ -79,7 +79,7 @@ pub(crate) fn load_model(config: &EngineConfig) -> Result<Arc<LlamaModelHandle>,
         bos_token: Some(piece(vocab.bos())).filter(|p| !p.is_empty()),
         eos_token: Some(piece(vocab.eos())).filter(|p| !p.is_empty()),
         chat_template: template_source,
-        chat_template_tools: template.as_ref().is_some_and(ChatTemplate::renders_hermes_tools),
+        chat_template_tools: template.as_ref().and_then(ChatTemplate::tool_format),
     };
     let eog_tokens = vocab.tokens().filter(|&t| vocab.is_eog(t)).map(|t| t.0 as TokenId).collect();
     Ok(Arc::new(LlamaModelHandle { model, template, tokenizer_info, eog_tokens, name, architecture }))

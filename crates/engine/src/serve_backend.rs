@@ -31,7 +31,7 @@ impl Backend for Engine {
         Engine::tokenizer_info(self).clone()
     }
 
-    fn chat_template_tools(&self) -> bool {
+    fn chat_template_tools(&self) -> Option<rillm_backend::ToolCallFormat> {
         Engine::tokenizer_info(self).chat_template_tools
     }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rillm_engine::Engine;
-use rillm_server::{Backend, ConnectionLimits, ServerConfig};
+use rillm_server::{Backend, ConnectionLimits, ServerConfig, ToolCallFormat};
 
 use crate::model_args::{engine_defaults, ModelArgs};
 
@@ -42,6 +42,11 @@ pub struct ServeArgs {
     /// Name to report and accept as `model` (default: the model file's stem).
     #[arg(long)]
     served_model_name: Option<String>,
+    /// The format tool calls are asked for, constrained to and read in: hermes
+    /// (`<tool_call>` tags), llama3_json or mistral (`[TOOL_CALLS]`). Default: the one the
+    /// chat template writes, else hermes.
+    #[arg(long, value_parser = parse_tool_call_parser)]
+    tool_call_parser: Option<ToolCallFormat>,
     /// Log prompt text. Off by default: prompts are user data.
     #[arg(long)]
     log_prompts: bool,
@@ -58,6 +63,13 @@ pub struct ServeArgs {
     /// Seconds a connection may stay silent (no request, no response bytes) before it is closed.
     #[arg(long, default_value_t = ConnectionLimits::default().idle_timeout.as_secs())]
     idle_timeout: u64,
+}
+
+fn parse_tool_call_parser(name: &str) -> Result<ToolCallFormat, String> {
+    ToolCallFormat::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = ToolCallFormat::ALL.iter().map(|f| f.name()).collect();
+        format!("unknown tool-call format `{name}`; one of: {}", names.join(", "))
+    })
 }
 
 /// The connection cap: as given, or from the open-file limit after raising it (logged).
@@ -93,6 +105,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_body_bytes: args.max_body_bytes,
         sse_keep_alive: ServerConfig::default().sse_keep_alive,
         served_model_name: args.served_model_name,
+        tool_call_parser: args.tool_call_parser,
         connections: ConnectionLimits {
             max_connections,
             header_read_timeout: Duration::from_secs(args.header_read_timeout),

@@ -34,7 +34,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 
 pub use connections::ConnectionLimits;
 pub use error::ApiError;
-pub use rillm_backend::{Backend, Health};
+pub use rillm_backend::{Backend, Health, ToolCallFormat};
 pub use state::{AppState, Phase};
 
 #[derive(Debug, Clone)]
@@ -55,6 +55,8 @@ pub struct ServerConfig {
     /// Model name reported and accepted; default: the model file's stem.
     pub served_model_name: Option<String>,
     pub connections: ConnectionLimits,
+    /// The tool-call format (vLLM's `--tool-call-parser`); `None`: the chat template's.
+    pub tool_call_parser: Option<rillm_backend::ToolCallFormat>,
 }
 
 impl Default for ServerConfig {
@@ -68,6 +70,7 @@ impl Default for ServerConfig {
             sse_keep_alive: Duration::from_secs(15),
             served_model_name: None,
             connections: ConnectionLimits::default(),
+            tool_call_parser: None,
         }
     }
 }

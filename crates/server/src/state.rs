@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::error::ApiError;
+use crate::tools::ToolDialect;
 use crate::ServerConfig;
 use rillm_backend::Backend;
 
@@ -66,9 +67,14 @@ impl AppState {
         self.0.backend.get()
     }
 
-    /// The model's chat template lists tools and writes calls itself (see `tools::prompt`).
-    pub fn template_writes_tools(&self) -> bool {
-        self.backend().is_some_and(|b| b.chat_template_tools())
+    /// How tools reach the model and calls come back: `--tool-call-parser`'s format, else
+    /// the one the chat template writes, else Hermes (see `tools::prompt`).
+    pub fn tool_dialect(&self) -> ToolDialect {
+        let template = self.backend().and_then(|b| b.chat_template_tools());
+        ToolDialect {
+            format: self.config.tool_call_parser.or(template).unwrap_or_default(),
+            template_writes_tools: template.is_some(),
+        }
     }
 
     /// The backend if new work may start now, else the 503 to send.

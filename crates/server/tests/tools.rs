@@ -7,6 +7,7 @@ mod support;
 
 use std::collections::HashMap;
 
+use rillm_server::{ServerConfig, ToolCallFormat};
 use serde_json::{json, Value};
 use support::{read_sse, Options, TestServer};
 
@@ -114,32 +115,39 @@ async fn forced_and_named_calls_parse_and_fit_their_schemas_at_any_temperature()
     assert_eq!(reply["choices"][0]["message"]["tool_calls"].as_array().map(Vec::len), Some(1), "{reply}");
 }
 
+/// A streamed chat reply reassembled: its content, its calls (id, name, arguments) from
+/// `delta.tool_calls`, and its finish reason.
+async fn streamed(server: &TestServer, body: &Value) -> (String, Vec<(String, String, String)>, Value) {
+    let events = read_sse(server.post("/v1/chat/completions", body.clone()).await).await;
+    let (mut content, mut calls): (String, Vec<(String, String, String)>) = (String::new(), Vec::new());
+    let mut finish = Value::Null;
+    for event in events.iter().filter(|e| e.data != "[DONE]") {
+        let chunk = event.json();
+        let choice0 = &chunk["choices"][0];
+        content.push_str(choice0["delta"]["content"].as_str().unwrap_or_default());
+        for call in choice0["delta"]["tool_calls"].as_array().cloned().unwrap_or_default() {
+            let i = call["index"].as_u64().expect("index") as usize;
+            if let Some(id) = call["id"].as_str() {
+                assert_eq!(i, calls.len(), "a call's first chunk carries its id: {chunk}");
+                let name = call["function"]["name"].as_str().expect("name in the first chunk");
+                calls.push((id.to_string(), name.to_string(), String::new()));
+            }
+            calls[i].2.push_str(call["function"]["arguments"].as_str().unwrap_or_default());
+        }
+        if !choice0["finish_reason"].is_null() {
+            finish = choice0["finish_reason"].clone();
+        }
+    }
+    (content, calls, finish)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamed_calls_reassemble_and_auto_replies_never_leak_markup() {
     let server = TestServer::start(opts()).await;
     for (choice, temperature) in [(json!("required"), 0.0), (json!("auto"), 0.0), (json!("auto"), 1.0)] {
         for ask in ["What's the weather in Paris?", "Add 2 and 40.", "Say hello."] {
             let body = chat(ask, json!({"tool_choice": choice, "temperature": temperature, "stream": true}));
-            let events = read_sse(server.post("/v1/chat/completions", body.clone()).await).await;
-            let (mut content, mut calls): (String, Vec<(String, String, String)>) = (String::new(), Vec::new());
-            let mut finish = Value::Null;
-            for event in events.iter().filter(|e| e.data != "[DONE]") {
-                let chunk = event.json();
-                let choice0 = &chunk["choices"][0];
-                content.push_str(choice0["delta"]["content"].as_str().unwrap_or_default());
-                for call in choice0["delta"]["tool_calls"].as_array().cloned().unwrap_or_default() {
-                    let i = call["index"].as_u64().expect("index") as usize;
-                    if let Some(id) = call["id"].as_str() {
-                        assert_eq!(i, calls.len(), "a call's first chunk carries its id: {chunk}");
-                        let name = call["function"]["name"].as_str().expect("name in the first chunk");
-                        calls.push((id.to_string(), name.to_string(), String::new()));
-                    }
-                    calls[i].2.push_str(call["function"]["arguments"].as_str().unwrap_or_default());
-                }
-                if !choice0["finish_reason"].is_null() {
-                    finish = choice0["finish_reason"].clone();
-                }
-            }
+            let (content, calls, finish) = streamed(&server, &body).await;
             // A call's markup never reaches the content (text that merely starts like it may).
             assert!(!content.contains("<tool_call>") && !content.contains("</tool_call>"), "{body}: {content:?}");
             for (_, name, arguments) in &calls {
@@ -263,4 +271,74 @@ async fn a_template_that_writes_tools_is_given_them_and_its_calls_still_fit_the_
     let answer =
         post_json(&server, json!({"messages": messages, "tools": tools(), "max_tokens": 30, "temperature": 0})).await;
     assert_eq!(answer["choices"][0]["message"]["role"], "assistant", "{answer}");
+}
+
+/// Llama 3.1's and Mistral Nemo's own templates (calls as Llama 3 JSON and `[TOOL_CALLS]`
+/// lists), and SmolLM2's with `--tool-call-parser mistral`: the model is asked for calls in
+/// that format, they are constrained to it (streamed or not, each parses and fits its
+/// schema, no markup in the content), and they go back into the prompt in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_tool_call_format_is_asked_for_constrained_and_read_back() {
+    let llama = include_str!("../../engine/tests/fixtures/llama3.1-instruct.jinja");
+    let mistral = include_str!("../../engine/tests/fixtures/mistral-nemo-instruct.jinja");
+    let to_mistral = ServerConfig { tool_call_parser: Some(ToolCallFormat::Mistral), ..ServerConfig::default() };
+    let cases = [
+        (
+            Some(llama),
+            ServerConfig::default(),
+            "\"parameters\": dictionary of argument name",
+            "{\"name\": \"",
+            "{\"name\": \"NAME\", \"parameters\": {",
+        ),
+        (
+            Some(mistral),
+            ServerConfig::default(),
+            "[AVAILABLE_TOOLS][{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"",
+            "[TOOL_CALLS]",
+            "[TOOL_CALLS][{\"name\": \"NAME\", \"arguments\": {",
+        ),
+        (
+            None,
+            to_mistral,
+            "[AVAILABLE_TOOLS][{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"",
+            "[TOOL_CALLS]",
+            "[TOOL_CALLS][{\"name\": \"NAME\", \"arguments\": {",
+        ),
+    ];
+    let all = ["get_weather", "add", "search_flights"];
+    for (template, config, listing, trigger, history) in cases {
+        let options = Options { chat_template: template.map(str::to_string), server: config, ..opts() };
+        let server = TestServer::start(options).await;
+        let user = json!([{"role": "user", "content": "Add 17 and 25."}]);
+        let prompt = rendered(&server, json!({"messages": user, "tools": tools()})).await;
+        assert_eq!(prompt.matches(listing).count(), 1, "the tools are listed once, in the format's words: {prompt}");
+
+        let first =
+            post_json(&server, chat("Add 17 and 25.", json!({"tool_choice": "required", "temperature": 0}))).await;
+        let message = &first["choices"][0]["message"];
+        let call = message["tool_calls"][0].clone();
+        let name = call["function"]["name"].as_str().unwrap_or_else(|| panic!("a call: {first}"));
+        check_call(name, call["function"]["arguments"].as_str().expect("arguments"), &all);
+        assert!(message["content"].is_null(), "{first}");
+        for choice in ["required", "auto"] {
+            let body =
+                chat("What's the weather in Paris?", json!({"tool_choice": choice, "temperature": 0, "stream": true}));
+            let (content, calls, _) = streamed(&server, &body).await;
+            assert!(!content.contains(trigger), "no markup in the content: {content:?}");
+            calls.iter().for_each(|(_, name, arguments)| check_call(name, arguments, &all));
+            assert!(choice == "auto" || !calls.is_empty(), "{body}");
+        }
+
+        let messages = json!([
+            {"role": "user", "content": "Add 17 and 25."},
+            {"role": "assistant", "content": null, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": call["id"], "content": "42"},
+        ]);
+        let prompt = rendered(&server, json!({"messages": messages, "tools": tools()})).await;
+        assert!(prompt.contains(&history.replace("NAME", name)), "the call goes back as written: {prompt}");
+        let answer =
+            post_json(&server, json!({"messages": messages, "tools": tools(), "max_tokens": 30, "temperature": 0}))
+                .await;
+        assert_eq!(answer["choices"][0]["message"]["role"], "assistant", "{answer}");
+    }
 }

@@ -5,7 +5,7 @@ use std::time::Instant;
 use axum::extract::State;
 use axum::response::sse::Event;
 use axum::response::Response;
-use rillm_backend::{Completion, FinishReason, Prompt, TokenLogprob, Usage};
+use rillm_backend::{Completion, FinishReason, Prompt, TokenLogprob, ToolCallFormat, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -84,7 +84,7 @@ pub(crate) fn render(
     input: Vec<MessageInput>,
     tools: Option<&ToolRequest>,
 ) -> Result<Prompt, ApiError> {
-    tools::render_prompt(history(input)?, tools, state.template_writes_tools())
+    tools::render_prompt(history(input)?, tools, state.tool_dialect())
 }
 
 /// The messages as sent, tool calls and results included.
@@ -157,6 +157,7 @@ pub async fn chat_completions(
         return Err(ApiError::invalid(c.param.clone(), "an output constraint and `tools` cannot both shape the reply"));
     }
     let prompt = render(&state, body.messages, tools.as_ref())?;
+    let format = state.tool_dialect().format;
     let (max_tokens, max_tokens_param) = match (body.max_completion_tokens, body.max_tokens) {
         (Some(n), _) => (Some(n), "max_completion_tokens"),
         (None, n) => (n, "max_tokens"),
@@ -183,13 +184,14 @@ pub async fn chat_completions(
     let mut fields = constrain(&mut request, constraint, "messages");
     if let Some(tools) = &tools {
         // Every call the reply makes parses and fits its function's schema.
-        request.constraint = Some(tools::constraint(tools));
+        request.constraint = Some(tools::constraint(tools, format));
         fields.constraint = Some("tools".into());
     }
     let admitted = admit(&state, "chat", fields, request, received).await?;
     let meta = ResponseMeta::new("chatcmpl", &admitted, &state, body.stream_options);
-    let parsers = tools.is_some().then(|| (0..admitted.choices).map(|i| call_parser(&meta.id, i)).collect());
-    let format = ChatFormat { meta, logprobs: logprobs.is_some(), choices: admitted.choices, parsers };
+    let parsers = tools.is_some().then(|| (0..admitted.choices).map(|i| call_parser(&meta.id, i, format)).collect());
+    let format =
+        ChatFormat { meta, logprobs: logprobs.is_some(), choices: admitted.choices, parsers, tool_format: format };
     respond(admitted, format, body.stream, |f, whole| {
         let choices: Vec<Value> = whole
             .choices
@@ -198,7 +200,7 @@ pub async fn chat_completions(
                 let mut message = json!({"role": "assistant", "content": choice.text});
                 let mut reason = openai_finish_reason(choice.done.finish_reason);
                 if f.parsers.is_some() {
-                    (message, reason) = message_with_calls(&f.meta.id, choice);
+                    (message, reason) = message_with_calls(&f.meta.id, choice, f.tool_format);
                 }
                 json!({
                     "index": choice.done.index,
@@ -221,19 +223,21 @@ struct ChatFormat {
     choices: u32,
     /// With tools: each choice's text read for calls.
     parsers: Option<Vec<ToolCallParser>>,
+    /// The format calls are read in.
+    tool_format: ToolCallFormat,
 }
 
 /// Call ids unique to the response and choice: `call_<response>_<choice>_<call>`.
-fn call_parser(response_id: &str, choice: u32) -> ToolCallParser {
+fn call_parser(response_id: &str, choice: u32, format: ToolCallFormat) -> ToolCallParser {
     let response = response_id.strip_prefix("chatcmpl-").unwrap_or(response_id);
-    ToolCallParser::new(format!("call_{response}_{choice}_"))
+    ToolCallParser::new(format!("call_{response}_{choice}_"), format)
 }
 
 /// A whole reply read for calls: its message and finish reason. A call `max_tokens` cut
 /// short is not a call (`finish_reason` says `length`; streamed, its fragments went out as
 /// they came), and call markup is never content.
-fn message_with_calls(response_id: &str, choice: &CollectedChoice) -> (Value, &'static str) {
-    let mut parser = call_parser(response_id, choice.done.index);
+fn message_with_calls(response_id: &str, choice: &CollectedChoice, format: ToolCallFormat) -> (Value, &'static str) {
+    let mut parser = call_parser(response_id, choice.done.index, format);
     let mut events = parser.push(&choice.text);
     events.extend(parser.finish());
     let content: String =

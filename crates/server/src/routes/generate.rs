@@ -72,11 +72,9 @@ pub async fn generate(
     let tools = ToolRequest::from_fields(body.tools, body.tool_choice, body.parallel_tool_calls)?;
     let prompt = match body.messages {
         Some(messages) => crate::routes::chat::render(&state, messages, tools.as_ref())?,
-        None if tools.is_some() => tools::render_prompt(
-            vec![tools::HistoryMessage::user(body.prompt)],
-            tools.as_ref(),
-            state.template_writes_tools(),
-        )?,
+        None if tools.is_some() => {
+            tools::render_prompt(vec![tools::HistoryMessage::user(body.prompt)], tools.as_ref(), state.tool_dialect())?
+        }
         None if body.chat => Prompt::chat(vec![ChatMessage::new("user", body.prompt)]),
         None => Prompt::Text(body.prompt),
     };
@@ -106,11 +104,12 @@ pub async fn generate(
     };
     let mut fields = constrain(&mut request, constraint, "prompt");
     if let Some(tools) = &tools {
-        request.constraint = Some(tools::constraint(tools));
+        request.constraint = Some(tools::constraint(tools, state.tool_dialect().format));
         fields.constraint = Some("tools".into());
     }
     let admitted = admit(&state, "generate", fields, request, received).await?;
-    let calls = tools.is_some().then(|| ToolCallParser::new(format!("call_{}_", admitted.stream.id())));
+    let format = state.tool_dialect().format;
+    let calls = tools.is_some().then(|| ToolCallParser::new(format!("call_{}_", admitted.stream.id()), format));
     Ok(sse_response(admitted, GenerateFormat { calls }))
 }
 

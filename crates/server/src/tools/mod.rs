@@ -2,12 +2,14 @@
 //! a [`ToolRequest`]; the prompt the model sees (`prompt`), the constraint its output must
 //! follow (`grammar`), and the calls read back from the text it writes (`parse`).
 //!
-//! Calls are written in the Hermes format (Qwen2.5, Hermes, SmolLM's function-calling
-//! data): `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`. The grammar makes
-//! every call rillm emits parse and fit its function's schema: with `required` or a named
-//! function the output is calls only; with `auto` it is free text that, once the model opens
-//! a call, must complete a valid one.
+//! Calls are written in one of three formats (`format`): Hermes (Qwen2.5, Hermes,
+//! SmolLM's function-calling data; the default), Llama 3 JSON or Mistral's `[TOOL_CALLS]`,
+//! the one the model's chat template writes unless `--tool-call-parser` says otherwise. The
+//! grammar makes every call rillm emits parse and fit its function's schema: with
+//! `required` or a named function the output is calls only; with `auto` it is free text
+//! that, once the model opens a call, must complete a valid one.
 
+mod format;
 mod grammar;
 mod parse;
 mod prompt;
@@ -16,9 +18,19 @@ pub use grammar::constraint;
 pub use parse::{ToolCallParser, ToolEvent};
 pub use prompt::{render_prompt, HistoryCall, HistoryMessage};
 
+use rillm_backend::ToolCallFormat;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
+
+/// How the served model is told of tools and writes its calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ToolDialect {
+    /// The format calls are asked for, constrained to and read back in.
+    pub format: ToolCallFormat,
+    /// The chat template lists tools and writes earlier calls itself.
+    pub template_writes_tools: bool,
+}
 
 /// One function the model may call.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,15 +1,17 @@
 //! Reads calls back from the text the model writes, piece by piece as it streams: content
-//! up to a call opener, then each call's id and name as soon as they are known and its
-//! arguments in fragments. Text that may be the start of an opener is held back until it is
-//! decided, so no markup ever reaches the content.
+//! up to the format's trigger, then each call's id and name as soon as they are known and
+//! its arguments in fragments. Text that may be the start of a trigger is held back until
+//! it is decided, so no markup ever reaches the content.
 //!
 //! The grammar lays a call out exactly (`{"name": "f", "arguments": {...}}`), which is what
-//! lets the arguments stream; a call in another shape (a list of calls in one tag, as
-//! SmolLM2's own data has it, or `parameters` for `arguments`) is read whole at its close.
+//! lets the arguments stream: they end where the call object's braces balance. A call in
+//! another shape (a list of calls in one Hermes tag, as SmolLM2's own data has it, or the
+//! keys in another order) is read whole once its JSON value closes.
 
+use rillm_backend::ToolCallFormat;
 use serde_json::Value;
 
-use super::grammar::{CALL_CLOSE, CALL_OPEN};
+use super::format::{syntax, CallSyntax};
 
 /// What a piece of text turned out to be.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,30 +35,41 @@ pub struct ParsedCall {
     pub id: String,
     pub name: String,
     pub arguments: String,
-    /// Its close was read: false for a call `max_tokens` cut short.
+    /// Its arguments object closed: false for a call `max_tokens` cut short.
     pub complete: bool,
 }
 
-/// The exact start of a call's object as the grammar writes it.
+/// The exact start of a call object as the grammar writes it.
 const HEADER_START: &str = "{\"name\": \"";
-const HEADER_END: &str = "\", \"arguments\": ";
-/// What follows the arguments object in a call the grammar wrote.
-const TRAILER: &str = "}\n</tool_call>";
+/// Between the name and the arguments object, under either key models use.
+const HEADER_ENDS: [&str; 2] = ["\", \"arguments\": ", "\", \"parameters\": "];
 
 #[derive(Debug)]
 enum Mode {
     Content,
-    /// Inside a call; `streaming` once its header was read (its arguments stream).
-    Call {
-        streaming: bool,
+    /// A call object is next (after markup, or a separator).
+    Header,
+    /// Inside a call's arguments; the scan started inside the call object, so it ends at
+    /// the object's closing brace.
+    Arguments(JsonScan),
+    /// A call in another shape, read whole once its value closes; it starts at this
+    /// offset of `held`.
+    Whole(JsonScan, usize),
+    /// After a call object: its closing markup, then another call or the block's end.
+    AfterCall {
+        close_read: bool,
     },
 }
 
 #[derive(Debug)]
 pub struct ToolCallParser {
+    syntax: &'static CallSyntax,
     mode: Mode,
     /// Text not yet decided.
     pending: String,
+    /// Markup and text read since the calls opened but not yet part of a call: content
+    /// again if no call comes of it.
+    held: String,
     calls: Vec<ParsedCall>,
     /// Content is only whitespace since the last call (dropped: it separates calls).
     after_call: bool,
@@ -64,11 +77,13 @@ pub struct ToolCallParser {
 }
 
 impl ToolCallParser {
-    /// Call ids are `id_prefix` and the call's index.
-    pub fn new(id_prefix: impl Into<String>) -> Self {
+    /// Reads calls written in `format`; call ids are `id_prefix` and the call's index.
+    pub fn new(id_prefix: impl Into<String>, format: ToolCallFormat) -> Self {
         Self {
+            syntax: syntax(format),
             mode: Mode::Content,
             pending: String::new(),
+            held: String::new(),
             calls: Vec::new(),
             after_call: false,
             id_prefix: id_prefix.into(),
@@ -85,8 +100,10 @@ impl ToolCallParser {
         loop {
             let progressed = match self.mode {
                 Mode::Content => self.content_step(&mut events),
-                Mode::Call { streaming: false } => self.header_step(&mut events),
-                Mode::Call { streaming: true } => self.arguments_step(&mut events),
+                Mode::Header => self.header_step(&mut events),
+                Mode::Arguments(_) => self.arguments_step(&mut events),
+                Mode::Whole(..) => self.whole_step(&mut events),
+                Mode::AfterCall { close_read } => self.after_call_step(close_read),
             };
             if !progressed {
                 return events;
@@ -97,19 +114,20 @@ impl ToolCallParser {
     /// The stream ended: whatever is held back is what it is.
     pub fn finish(&mut self) -> Vec<ToolEvent> {
         let rest = std::mem::take(&mut self.pending);
+        let held = std::mem::take(&mut self.held);
         let mut events = Vec::new();
-        match self.mode {
+        match std::mem::replace(&mut self.mode, Mode::Content) {
             Mode::Content => self.content(&rest, &mut events),
-            // A call cut short (`max_tokens`) before its name: its text is content.
-            Mode::Call { streaming: false } => self.content(&format!("{CALL_OPEN}{rest}"), &mut events),
-            Mode::Call { streaming: true } => {
-                if let Some(call) = self.calls.last_mut() {
-                    call.arguments.push_str(&rest);
-                    events.push(ToolEvent::Arguments { index: self.calls.len() as u32 - 1, fragment: rest });
-                }
+            // A call cut short (`max_tokens`) before its name, or never closed: its text
+            // is content.
+            Mode::Header | Mode::Whole(..) => self.content(&format!("{held}{rest}"), &mut events),
+            Mode::Arguments(_) => {
+                let index = self.calls.len() as u32 - 1;
+                self.arguments(index, rest, &mut events);
             }
+            // Closing markup cut short is still markup.
+            Mode::AfterCall { .. } => {}
         }
-        self.mode = Mode::Content;
         events
     }
 
@@ -121,74 +139,157 @@ impl ToolCallParser {
         events.push(ToolEvent::Content(text.to_string()));
     }
 
-    /// Content up to an opener, or up to what may be the start of one.
+    /// Content up to a trigger, or up to what may be the start of one.
     fn content_step(&mut self, events: &mut Vec<ToolEvent>) -> bool {
-        if let Some(at) = self.pending.find(CALL_OPEN) {
-            let before: String = self.pending[..at].to_string();
+        let trigger = self.syntax.trigger;
+        if let Some(at) = self.pending.find(trigger) {
+            let before: String = self.pending.drain(..at).collect();
             self.content(&before, events);
-            self.pending.drain(..at + CALL_OPEN.len());
-            self.mode = Mode::Call { streaming: false };
+            if self.syntax.trigger_is_markup {
+                self.held = self.pending.drain(..trigger.len()).collect();
+            }
+            self.mode = Mode::Header;
             return true;
         }
-        let keep = partial_suffix(&self.pending, CALL_OPEN);
+        let keep = partial_suffix(&self.pending, trigger);
         let decided: String = self.pending.drain(..self.pending.len() - keep).collect();
         self.content(&decided, events);
         false
     }
 
-    /// A call's header (`{"name": "f", "arguments": `), or the whole call if it is not
-    /// laid out as the grammar lays it.
+    /// A call's header (`{"name": "f", "arguments": `), after the markup before it; or a
+    /// value in another shape, read whole.
     fn header_step(&mut self, events: &mut Vec<ToolEvent>) -> bool {
-        let body = self.pending.trim_start();
-        if body.len() < HEADER_START.len() && HEADER_START.starts_with(body) {
+        // Markup before the object: whitespace, and the format's list punctuation.
+        let lead = self.pending.len()
+            - self
+                .pending
+                .trim_start_matches(|c: char| c.is_whitespace() || self.syntax.list_punctuation.contains(&c))
+                .len();
+        let lead: String = self.pending.drain(..lead).collect();
+        self.held.push_str(&lead);
+        let body = self.pending.as_str();
+        if body.is_empty() || (body.len() < HEADER_START.len() && HEADER_START.starts_with(body)) {
             return false;
         }
         if let Some(after) = body.strip_prefix(HEADER_START) {
             let Some(quote) = after.find('"') else { return false };
-            let (name, rest) = after.split_at(quote);
-            if rest.len() < HEADER_END.len() && HEADER_END.starts_with(rest) {
+            let rest = &after[quote..];
+            if HEADER_ENDS.iter().any(|end| rest.len() < end.len() && end.starts_with(rest)) {
                 return false;
             }
-            if let Some(arguments) = rest.strip_prefix(HEADER_END) {
-                let (name, arguments) = (name.to_string(), arguments.to_string());
+            if let Some(end) = HEADER_ENDS.iter().find(|end| rest.starts_with(**end)) {
+                let name = after[..quote].to_string();
+                let arguments_at = HEADER_START.len() + quote + end.len();
+                self.pending.drain(..arguments_at);
+                self.held.clear();
                 self.start_call(name, events);
-                self.pending = arguments;
-                self.mode = Mode::Call { streaming: true };
+                self.mode = Mode::Arguments(JsonScan::inside_object());
                 return true;
             }
         }
-        // Another shape: read it whole at the close.
-        let Some(at) = self.pending.find(CALL_CLOSE) else { return false };
-        let body: String = self.pending[..at].to_string();
-        self.pending.drain(..at + CALL_CLOSE.len());
-        match serde_json::from_str::<Value>(body.trim()) {
-            Ok(Value::Array(calls)) => calls.iter().for_each(|c| self.whole_call(c, &body, events)),
-            Ok(call) => self.whole_call(&call, &body, events),
-            Err(_) => self.content(&format!("{CALL_OPEN}{body}{CALL_CLOSE}"), events),
+        if body.starts_with(['{', '[']) {
+            self.mode = Mode::Whole(JsonScan::default(), self.held.len());
+        } else {
+            // Not a call after all: the markup and what follows are content.
+            let held = std::mem::take(&mut self.held);
+            self.content(&held, events);
+            self.mode = Mode::Content;
         }
-        self.mode = Mode::Content;
-        self.after_call = true;
         true
     }
 
-    /// A call's arguments, streamed but for what may be the trailer.
+    /// A call's arguments, streamed up to the brace that closes the call object.
     fn arguments_step(&mut self, events: &mut Vec<ToolEvent>) -> bool {
+        let Mode::Arguments(scan) = &mut self.mode else { return false };
         let index = self.calls.len() as u32 - 1;
-        if let Some(at) = self.pending.find(TRAILER) {
-            let fragment: String = self.pending[..at].to_string();
-            self.pending.drain(..at + TRAILER.len());
-            self.arguments(index, fragment, events);
-            if let Some(call) = self.calls.last_mut() {
-                call.complete = true;
+        match scan.feed(&self.pending) {
+            Some(end) => {
+                // `end` is just past the call object's `}`, which is not the arguments'.
+                let fragment: String = self.pending.drain(..end - 1).collect();
+                self.pending.drain(..1);
+                self.arguments(index, fragment, events);
+                if let Some(call) = self.calls.last_mut() {
+                    call.complete = true;
+                }
+                self.mode = Mode::AfterCall { close_read: false };
+                true
             }
+            None => {
+                let fragment = std::mem::take(&mut self.pending);
+                self.arguments(index, fragment, events);
+                false
+            }
+        }
+    }
+
+    /// A value in another shape: a call object, or a list of them.
+    fn whole_step(&mut self, events: &mut Vec<ToolEvent>) -> bool {
+        let Mode::Whole(scan, start) = &mut self.mode else { return false };
+        let start = *start;
+        let end = scan.feed(&self.pending);
+        let Some(end) = end else {
+            let text = std::mem::take(&mut self.pending);
+            self.held.push_str(&text);
+            return false;
+        };
+        let value: String = self.pending.drain(..end).collect();
+        self.held.push_str(&value);
+        let before = self.calls.len();
+        match serde_json::from_str::<Value>(&self.held[start..]) {
+            Ok(Value::Array(calls)) => calls.iter().for_each(|c| self.whole_call(c, events)),
+            Ok(call) => self.whole_call(&call, events),
+            Err(_) => {}
+        }
+        if self.calls.len() == before {
+            // Nothing callable in it: never lost, it is content.
+            let held = std::mem::take(&mut self.held);
+            self.content(&held, events);
             self.mode = Mode::Content;
-            self.after_call = true;
+        } else {
+            self.held.clear();
+            self.mode = Mode::AfterCall { close_read: false };
+        }
+        true
+    }
+
+    /// After a call: its closing markup (Hermes' tag), then the separator and another
+    /// call, the block's close, or content.
+    fn after_call_step(&mut self, close_read: bool) -> bool {
+        let body = self.pending.trim_start();
+        let skipped = self.pending.len() - body.len();
+        let close = self.syntax.call_close.trim();
+        if !close_read && !close.is_empty() {
+            if body.len() < close.len() && close.starts_with(body) {
+                return false;
+            }
+            if body.starts_with(close) {
+                self.pending.drain(..skipped + close.len());
+            }
+            self.mode = Mode::AfterCall { close_read: true };
             return true;
         }
-        let keep = partial_suffix(&self.pending, TRAILER);
-        let fragment: String = self.pending.drain(..self.pending.len() - keep).collect();
-        self.arguments(index, fragment, events);
-        false
+        let separator = self.syntax.separator.trim();
+        let block_close = self.syntax.block_close;
+        if body.is_empty() && !(separator.is_empty() && block_close.is_empty()) {
+            // Another call may follow.
+            return false;
+        }
+        if !separator.is_empty() && body.starts_with(separator) {
+            self.pending.drain(..skipped + separator.len());
+            self.mode = Mode::Header;
+        } else if !block_close.is_empty() && body.starts_with(block_close) {
+            self.pending.drain(..skipped + block_close.len());
+            self.back_to_content();
+        } else {
+            self.back_to_content();
+        }
+        true
+    }
+
+    fn back_to_content(&mut self) {
+        self.mode = Mode::Content;
+        self.after_call = true;
     }
 
     fn arguments(&mut self, index: u32, fragment: String, events: &mut Vec<ToolEvent>) {
@@ -208,24 +309,65 @@ impl ToolCallParser {
         events.push(ToolEvent::CallStart { index, id, name });
     }
 
-    fn whole_call(&mut self, call: &Value, raw: &str, events: &mut Vec<ToolEvent>) {
+    /// A call read whole; a value without a name and arguments is not one.
+    fn whole_call(&mut self, call: &Value, events: &mut Vec<ToolEvent>) {
         let name = call.get("name").and_then(Value::as_str);
         let arguments = call.get("arguments").or_else(|| call.get("parameters"));
-        match (name, arguments) {
-            (Some(name), Some(arguments)) => {
-                let arguments = match arguments {
-                    Value::String(text) => text.clone(),
-                    other => other.to_string(),
-                };
-                self.start_call(name.to_string(), events);
-                let index = self.calls.len() as u32 - 1;
-                self.arguments(index, arguments, events);
-                if let Some(call) = self.calls.last_mut() {
-                    call.complete = true;
-                }
-            }
-            _ => self.content(&format!("{CALL_OPEN}{raw}{CALL_CLOSE}"), events),
+        let (Some(name), Some(arguments)) = (name, arguments) else { return };
+        let arguments = match arguments {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        };
+        self.start_call(name.to_string(), events);
+        let index = self.calls.len() as u32 - 1;
+        self.arguments(index, arguments, events);
+        if let Some(call) = self.calls.last_mut() {
+            call.complete = true;
         }
+    }
+}
+
+/// Where a JSON value ends, found as its text streams in: brackets are counted outside
+/// strings. The bytes it looks at are ASCII, so every end it reports is a char boundary.
+#[derive(Debug, Default, Clone)]
+struct JsonScan {
+    depth: u32,
+    in_string: bool,
+    escaped: bool,
+}
+
+impl JsonScan {
+    /// Already inside one object (a call's, past its header).
+    fn inside_object() -> Self {
+        Self { depth: 1, ..Self::default() }
+    }
+
+    /// Reads `text` on from where the last call stopped; the offset just past the value's
+    /// end if it is in `text`.
+    fn feed(&mut self, text: &str) -> Option<usize> {
+        for (i, byte) in text.bytes().enumerate() {
+            if self.in_string {
+                match byte {
+                    _ if self.escaped => self.escaped = false,
+                    b'\\' => self.escaped = true,
+                    b'"' => self.in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
+            match byte {
+                b'"' => self.in_string = true,
+                b'{' | b'[' => self.depth += 1,
+                b'}' | b']' => {
+                    self.depth = self.depth.saturating_sub(1);
+                    if self.depth == 0 {
+                        return Some(i + 1);
+                    }
+                }
+                _ => {}
+            }
+        }
+        None
     }
 }
 
@@ -243,7 +385,11 @@ mod tests {
 
     /// Feeds `text` in pieces of `size` bytes (on char boundaries) and gathers the events.
     fn feed(text: &str, size: usize) -> (String, Vec<ParsedCall>, Vec<ToolEvent>) {
-        let mut parser = ToolCallParser::new("call_");
+        feed_as(ToolCallFormat::Hermes, text, size)
+    }
+
+    fn feed_as(format: ToolCallFormat, text: &str, size: usize) -> (String, Vec<ParsedCall>, Vec<ToolEvent>) {
+        let mut parser = ToolCallParser::new("call_", format);
         let mut events = Vec::new();
         let mut start = 0;
         while start < text.len() {
@@ -297,5 +443,34 @@ mod tests {
         assert_eq!(content, "<tool_call>\n{\"na", "a call cut before its name is content");
         let (_, calls, _) = feed(&TWO_CALLS[..TWO_CALLS.len() - 14], 3);
         assert_eq!(calls.iter().map(|c| c.complete).collect::<Vec<_>>(), [true, false], "the cut call is marked");
+    }
+
+    #[test]
+    fn llama_and_mistral_calls_stream_too() {
+        let llama = "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"O}s;lo\"}}; {\"name\": \"get_time\", \"parameters\": {}}";
+        let mistral = "Sure.[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"O}s;lo\"}}, {\"name\": \"get_time\", \"arguments\": {}}]";
+        for (format, text, content) in
+            [(ToolCallFormat::Llama3Json, llama, ""), (ToolCallFormat::Mistral, mistral, "Sure.")]
+        {
+            for size in [1, 2, 5, 1000] {
+                let (got, calls, _) = feed_as(format, text, size);
+                assert_eq!(got, content, "{format}, pieces of {size}");
+                let read: Vec<(&str, &str, bool)> =
+                    calls.iter().map(|c| (c.name.as_str(), c.arguments.as_str(), c.complete)).collect();
+                assert_eq!(
+                    read,
+                    [("get_weather", "{\"city\": \"O}s;lo\"}", true), ("get_time", "{}", true)],
+                    "{format}, pieces of {size}"
+                );
+            }
+        }
+        // Keys in another order are read whole; a cut call is marked; a lone trigger is content.
+        let (_, calls, _) =
+            feed_as(ToolCallFormat::Mistral, "[TOOL_CALLS][{\"arguments\": {\"x\": 1}, \"name\": \"f\"}]", 3);
+        assert_eq!((calls[0].name.as_str(), calls[0].arguments.as_str()), ("f", "{\"x\":1}"));
+        let (_, calls, _) = feed_as(ToolCallFormat::Llama3Json, &llama[..45], 4);
+        assert_eq!(calls.iter().map(|c| c.complete).collect::<Vec<_>>(), [false]);
+        let (content, calls, _) = feed_as(ToolCallFormat::Mistral, "a [TOOL_CALLS] b", 2);
+        assert_eq!((content.as_str(), calls.len()), ("a [TOOL_CALLS] b", 0));
     }
 }

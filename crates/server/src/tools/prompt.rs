@@ -1,14 +1,15 @@
-//! What the model reads. A chat template that lists tools and writes calls in the Hermes
-//! format itself (Qwen2.5's, Hermes') gets the tools and the calls as they are; for any
-//! other template (SmolLM2's knows nothing of tools) rillm lists the tools in a system
-//! block, in Qwen2.5's own wording, and writes earlier calls and their results in the same
-//! Hermes format the model is asked to answer in.
+//! What the model reads. A chat template that lists tools and writes calls itself (Qwen2.5's,
+//! Hermes', Llama 3.1's, Mistral's) gets the tools and the calls as they are; for any other
+//! template (SmolLM2's knows nothing of tools) rillm lists the tools in a system block, in
+//! the wording of the format's own models (Qwen2.5's for Hermes, Llama 3.1's, Mistral's
+//! markup), and writes earlier calls in the format the model is asked to answer in, their
+//! results in `<tool_response>` tags.
 
-use rillm_backend::{ChatMessage, ChatToolCall, Prompt};
+use rillm_backend::{ChatMessage, ChatToolCall, Prompt, ToolCallFormat};
 use serde_json::{json, Value};
 
-use super::grammar::{CALL_CLOSE, CALL_OPEN};
-use super::{ToolChoice, ToolRequest};
+use super::format::syntax;
+use super::{ToolChoice, ToolDialect, ToolRequest};
 use crate::error::ApiError;
 
 /// A chat message as the request gave it, its tool fields included.
@@ -61,21 +62,20 @@ impl HistoryCall {
 }
 
 /// The chat prompt: tools offered unless `tool_choice` is `none`, earlier calls and
-/// results included; `template_writes_tools` says the model's template writes them itself.
-/// A `tool` message must answer an earlier call.
+/// results included, as `dialect` says. A `tool` message must answer an earlier call.
 pub fn render_prompt(
     history: Vec<HistoryMessage>,
     tools: Option<&ToolRequest>,
-    template_writes_tools: bool,
+    dialect: ToolDialect,
 ) -> Result<Prompt, ApiError> {
     check_results(&history)?;
     let offered = tools.filter(|t| t.choice != ToolChoice::None);
-    if template_writes_tools {
-        let messages = history.into_iter().map(template_message).collect();
+    if dialect.template_writes_tools {
+        let messages = history.into_iter().map(|m| template_message(m, dialect.format)).collect();
         let tools = offered.map(|t| t.tools.iter().map(openai_tool).collect()).unwrap_or_default();
         return Ok(Prompt::Chat { messages, tools });
     }
-    Ok(Prompt::chat(written_messages(history, offered)))
+    Ok(Prompt::chat(written_messages(history, offered, dialect.format)))
 }
 
 /// Every `tool` message answers a call made earlier in the conversation.
@@ -99,18 +99,30 @@ fn check_results(history: &[HistoryMessage]) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// A message for a template that writes calls itself: arguments as the object they encode.
-fn template_message(message: HistoryMessage) -> ChatMessage {
+/// A message for a template that writes calls itself: arguments as the object they encode;
+/// for Mistral's, ids as the nine characters its template demands.
+fn template_message(message: HistoryMessage, format: ToolCallFormat) -> ChatMessage {
+    let id = |id: String| if format == ToolCallFormat::Mistral { mistral_id(&id) } else { id };
     let tool_calls = message
         .tool_calls
         .into_iter()
         .map(|call| ChatToolCall {
             arguments: serde_json::from_str(&call.arguments).unwrap_or(Value::String(call.arguments)),
-            id: call.id,
+            id: id(call.id),
             name: call.name,
         })
         .collect();
-    ChatMessage { role: message.role, content: message.content, tool_calls, tool_call_id: message.tool_call_id }
+    let tool_call_id = message.tool_call_id.map(id);
+    ChatMessage { role: message.role, content: message.content, tool_calls, tool_call_id }
+}
+
+/// Mistral's templates refuse call ids that are not nine characters; as vLLM does, the last
+/// nine letters and digits of the client's id stand for it (padded with zeros), the same
+/// for the call and the result that answers it.
+fn mistral_id(id: &str) -> String {
+    let alphanumeric: Vec<char> = id.chars().filter(char::is_ascii_alphanumeric).collect();
+    let tail = &alphanumeric[alphanumeric.len().saturating_sub(9)..];
+    format!("{:0>9}", tail.iter().collect::<String>())
 }
 
 /// A tool as OpenAI clients send it and as templates list it.
@@ -125,7 +137,11 @@ fn openai_tool(tool: &super::Tool) -> Value {
 
 /// The messages for a template that knows nothing of tools: the tools listed in the system
 /// message, calls and results written out as text.
-fn written_messages(history: Vec<HistoryMessage>, tools: Option<&ToolRequest>) -> Vec<ChatMessage> {
+fn written_messages(
+    history: Vec<HistoryMessage>,
+    tools: Option<&ToolRequest>,
+    format: ToolCallFormat,
+) -> Vec<ChatMessage> {
     let mut out: Vec<ChatMessage> = Vec::with_capacity(history.len() + 1);
     let mut results_open = false;
     for message in history {
@@ -144,16 +160,16 @@ fn written_messages(history: Vec<HistoryMessage>, tools: Option<&ToolRequest>) -
         }
         results_open = false;
         let mut content = message.content;
-        for call in &message.tool_calls {
+        if !message.tool_calls.is_empty() {
             if !content.is_empty() {
                 content.push('\n');
             }
-            content.push_str(&written_call(&call.name, &call.arguments));
+            content.push_str(&written_calls(&message.tool_calls, format));
         }
         out.push(ChatMessage::new(message.role, content));
     }
     if let Some(tools) = tools {
-        let block = tools_block(tools);
+        let block = tools_block(tools, format);
         match out.first_mut().filter(|m| m.role == "system" || m.role == "developer") {
             Some(system) => {
                 system.content.push_str("\n\n");
@@ -165,35 +181,52 @@ fn written_messages(history: Vec<HistoryMessage>, tools: Option<&ToolRequest>) -
     out
 }
 
-/// A call as the model writes one (and as the grammar makes it write one).
-fn written_call(name: &str, arguments: &str) -> String {
+/// Calls as the model writes them (and as the grammar makes it write them).
+fn written_calls(calls: &[HistoryCall], format: ToolCallFormat) -> String {
     // Arguments a client sent are re-serialised compactly when they parse.
-    let arguments = serde_json::from_str::<Value>(arguments).map_or_else(|_| arguments.to_string(), |v| v.to_string());
-    format!("{CALL_OPEN}\n{{\"name\": {}, \"arguments\": {arguments}}}\n{CALL_CLOSE}", Value::from(name))
+    let arguments: Vec<String> = calls
+        .iter()
+        .map(|c| serde_json::from_str::<Value>(&c.arguments).map_or_else(|_| c.arguments.clone(), |v| v.to_string()))
+        .collect();
+    let pairs: Vec<(&str, &str)> = calls.iter().zip(&arguments).map(|(c, a)| (c.name.as_str(), a.as_str())).collect();
+    syntax(format).write(&pairs)
 }
 
-/// The system block that lists the tools and says how to call them.
-fn tools_block(tools: &ToolRequest) -> String {
-    let mut block = String::from(
-        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n\
-         You are provided with function signatures within <tools></tools> XML tags:\n<tools>",
-    );
-    for tool in &tools.tools {
-        block.push('\n');
-        block.push_str(&openai_tool(tool).to_string());
+/// The system block that lists the tools and says how to call them, in the words of the
+/// format's own models.
+fn tools_block(tools: &ToolRequest, format: ToolCallFormat) -> String {
+    let listed: Vec<String> = tools.tools.iter().map(|t| openai_tool(t).to_string()).collect();
+    match format {
+        ToolCallFormat::Hermes => format!(
+            "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n\
+             You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{}\n</tools>\n\n\
+             For each function call, return a json object with function name and arguments within \
+             <tool_call></tool_call> XML tags:\n<tool_call>\n{{\"name\": <function-name>, \"arguments\": \
+             <args-json-object>}}\n</tool_call>",
+            listed.join("\n")
+        ),
+        // Llama 3.1's template, tools in the system turn.
+        ToolCallFormat::Llama3Json => format!(
+            "You have access to the following functions. To call a function, please respond with JSON for a \
+             function call. Respond in the format {{\"name\": function name, \"parameters\": dictionary of \
+             argument name and its value}}. Do not use variables.\n\n{}",
+            listed.join("\n\n")
+        ),
+        ToolCallFormat::Mistral => format!(
+            "[AVAILABLE_TOOLS][{}][/AVAILABLE_TOOLS]\n\nTo call functions, answer with [TOOL_CALLS] and a JSON list \
+             of calls: [TOOL_CALLS][{{\"name\": <function-name>, \"arguments\": <args-json-object>}}]",
+            listed.join(", ")
+        ),
     }
-    block.push_str(
-        "\n</tools>\n\nFor each function call, return a json object with function name and arguments within \
-         <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": \
-         <args-json-object>}\n</tool_call>",
-    );
-    block
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::Tool;
     use super::*;
+
+    const WRITTEN: ToolDialect = ToolDialect { format: ToolCallFormat::Hermes, template_writes_tools: false };
+    const TEMPLATE: ToolDialect = ToolDialect { format: ToolCallFormat::Hermes, template_writes_tools: true };
 
     fn msg(role: &str, content: &str) -> HistoryMessage {
         HistoryMessage { role: role.into(), content: content.into(), tool_calls: Vec::new(), tool_call_id: None }
@@ -222,7 +255,7 @@ mod tests {
     fn a_tool_round_is_written_in_the_format_the_model_answers_in() {
         let mut history = tool_round();
         history.push(msg("user", "Thanks"));
-        let out = written(render_prompt(history, Some(&tools(ToolChoice::Auto)), false));
+        let out = written(render_prompt(history, Some(&tools(ToolChoice::Auto)), WRITTEN));
         assert_eq!(out[0].role, "system", "a system block is added");
         assert!(
             out[0].content.contains("<tools>\n{\"type\":\"function\",\"function\":{")
@@ -239,7 +272,7 @@ mod tests {
         assert_eq!(out[4].content, "Thanks");
         // `none`: the history still renders, no tools are offered.
         let plain =
-            render_prompt(vec![msg("system", "Be brief."), msg("user", "Hi")], Some(&tools(ToolChoice::None)), false);
+            render_prompt(vec![msg("system", "Be brief."), msg("user", "Hi")], Some(&tools(ToolChoice::None)), WRITTEN);
         assert_eq!(written(plain)[0].content, "Be brief.");
     }
 
@@ -248,10 +281,10 @@ mod tests {
         let mut orphan = msg("tool", "42");
         orphan.tool_call_id = Some("nope".into());
         for template_writes_tools in [false, true] {
-            let error = render_prompt(vec![msg("user", "x"), orphan.clone()], None, template_writes_tools)
-                .expect_err("refused");
+            let dialect = ToolDialect { template_writes_tools, ..WRITTEN };
+            let error = render_prompt(vec![msg("user", "x"), orphan.clone()], None, dialect).expect_err("refused");
             assert_eq!(error.param.as_deref(), Some("messages[1].tool_call_id"));
-            let error = render_prompt(vec![msg("tool", "42")], None, template_writes_tools).expect_err("refused");
+            let error = render_prompt(vec![msg("tool", "42")], None, dialect).expect_err("refused");
             assert_eq!(error.param.as_deref(), Some("messages[0].tool_call_id"));
         }
     }
@@ -259,7 +292,7 @@ mod tests {
     #[test]
     fn a_template_that_writes_tools_gets_them_and_the_calls_as_they_are() {
         let history = tool_round();
-        let prompt = render_prompt(history.clone(), Some(&tools(ToolChoice::Auto)), true).expect("renders");
+        let prompt = render_prompt(history.clone(), Some(&tools(ToolChoice::Auto)), TEMPLATE).expect("renders");
         let Prompt::Chat { messages, tools: listed } = prompt else { panic!("a chat prompt") };
         assert_eq!(messages.len(), 3, "no system block is added");
         assert_eq!(
@@ -273,7 +306,7 @@ mod tests {
         );
         assert_eq!((messages[2].role.as_str(), messages[2].tool_call_id.as_deref()), ("tool", Some("c1")));
         // `none`: the calls still render, no tools are offered.
-        let Ok(Prompt::Chat { tools: listed, .. }) = render_prompt(history, Some(&tools(ToolChoice::None)), true)
+        let Ok(Prompt::Chat { tools: listed, .. }) = render_prompt(history, Some(&tools(ToolChoice::None)), TEMPLATE)
         else {
             panic!("a chat prompt")
         };
@@ -285,5 +318,26 @@ mod tests {
             Prompt::Chat { messages, tools } if tools.is_empty() => messages,
             other => panic!("messages with the tools written in: {other:?}"),
         }
+    }
+
+    #[test]
+    fn each_format_asks_for_its_calls_and_writes_earlier_ones_its_way() {
+        let llama = ToolDialect { format: ToolCallFormat::Llama3Json, template_writes_tools: false };
+        let out = written(render_prompt(tool_round(), Some(&tools(ToolChoice::Auto)), llama));
+        assert!(out[0].content.contains("\"parameters\": dictionary of argument name"), "{}", out[0].content);
+        assert_eq!(out[2].content, "{\"name\": \"get_weather\", \"parameters\": {\"city\":\"Oslo\"}}");
+        let mistral = ToolDialect { format: ToolCallFormat::Mistral, template_writes_tools: false };
+        let out = written(render_prompt(tool_round(), Some(&tools(ToolChoice::Auto)), mistral));
+        assert!(out[0].content.starts_with("[AVAILABLE_TOOLS][{\"type\":\"function\""), "{}", out[0].content);
+        assert_eq!(out[2].content, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Oslo\"}}]");
+        // Mistral's own template gets nine-character ids, the same for a call and its result.
+        let mut history = tool_round();
+        history[1].tool_calls[0].id = "call_chatcmpl-7f3a_0_0".into();
+        history[2].tool_call_id = Some("call_chatcmpl-7f3a_0_0".into());
+        let own = ToolDialect { template_writes_tools: true, ..mistral };
+        let Ok(Prompt::Chat { messages, .. }) = render_prompt(history, None, own) else { panic!("a chat prompt") };
+        assert_eq!(messages[1].tool_calls[0].id, "mpl7f3a00");
+        assert_eq!(messages[2].tool_call_id.as_deref(), Some("mpl7f3a00"));
+        assert_eq!(mistral_id("c1"), "0000000c1");
     }
 }
