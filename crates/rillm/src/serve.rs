@@ -53,8 +53,10 @@ pub struct ServeArgs {
     /// Request body limit in bytes.
     #[arg(long, default_value_t = ServerConfig::default().max_body_bytes)]
     max_body_bytes: usize,
-    /// Most open client connections; more are closed on accept (with a log line). Default:
-    /// the open-file limit (raised to its hard limit at start) less 64, at most 16,384.
+    /// Most client connections with requests in flight; at the cap the longest-idle
+    /// keep-alive connection is closed to admit a new client, and with every one busy a
+    /// reserve of 32 answers probes and tells others 503. Default: the open-file limit
+    /// (raised to its hard limit at start) less 64, at most 16,384.
     #[arg(long)]
     max_connections: Option<usize>,
     /// Seconds a request's headers may take to arrive before the connection is closed.
@@ -108,6 +110,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         tool_call_parser: args.tool_call_parser,
         connections: ConnectionLimits {
             max_connections,
+            reserve: ConnectionLimits::default().reserve,
             header_read_timeout: Duration::from_secs(args.header_read_timeout),
             idle_timeout: Duration::from_secs(args.idle_timeout),
         },

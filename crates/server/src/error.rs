@@ -62,6 +62,18 @@ impl ApiError {
         e
     }
 
+    /// Every connection place has a request in flight (see `connections`).
+    pub fn connections_busy() -> Self {
+        let mut e = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service_unavailable",
+            "every connection has a request in flight; retry shortly",
+        )
+        .with_code("connections_busy");
+        e.retry_after = Some(1);
+        e
+    }
+
     pub fn unauthorized() -> Self {
         Self::new(
             StatusCode::UNAUTHORIZED,

@@ -7,29 +7,45 @@
 //! - an idle timeout: a connection with no bytes in either direction for this long is
 //!   closed after its current response (a long non-streamed completion is not cut off:
 //!   hyper's graceful shutdown lets the response in progress finish);
-//! - a connection cap: past it, new connections are closed at once with a log line,
-//!   before the descriptor limit is reached.
+//! - a connection cap that only requests in flight fill (`registry`): at the cap the
+//!   longest-idle keep-alive connection is closed to admit the new one; with every place
+//!   busy, a small reserve answers probes and tells other requests `503` with a body; past
+//!   the reserve, new connections are closed with a log line, before the descriptor limit.
 
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+mod registry;
+mod tracked;
+
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use axum::body::Body;
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
 use axum::Router;
+use http_body_util::BodyExt;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tower::ServiceExt;
+
+use crate::error::ApiError;
+use registry::{Admission, Connection, Place, Registry};
+use tracked::Tracked;
+
+/// Paths a reserve connection serves: what load balancers and scrapers probe.
+const PROBES: [&str; 3] = ["/health", "/ready", "/metrics"];
 
 /// Limits on client connections.
 #[derive(Debug, Clone)]
 pub struct ConnectionLimits {
-    /// Most open client connections; more are closed on accept.
+    /// Most connections with requests in flight; idle ones give way to new clients.
     pub max_connections: usize,
+    /// Connections taken past the cap when every place is busy, one request each: probes
+    /// are served, other requests get `503` with `Retry-After`.
+    pub reserve: usize,
     /// Time a request's headers may take to arrive, from the connection's start or the
     /// first byte of a kept-alive connection's next request.
     pub header_read_timeout: Duration,
@@ -42,6 +58,8 @@ impl Default for ConnectionLimits {
         Self {
             // Far above what the engine can run or queue, below the usual 1024-descriptor limit.
             max_connections: 512,
+            // Within the 64 descriptors the default cap leaves below the process's limit.
+            reserve: 32,
             header_read_timeout: Duration::from_secs(10),
             // Well past the SSE keep-alive interval (15 s): a waiting stream never looks idle.
             idle_timeout: Duration::from_secs(60),
@@ -58,7 +76,7 @@ pub async fn serve(
     mut stop: watch::Receiver<bool>,
     grace: Duration,
 ) {
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let registry = Registry::new(limits.max_connections, limits.reserve);
     let mut connections = JoinSet::new();
     let mut refused_since_log = 0u64;
     let mut last_refusal_log: Option<Instant> = None;
@@ -78,13 +96,15 @@ pub async fn serve(
                 continue;
             }
         };
-        let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+        let Some(place) = registry.admit() else {
             refused_since_log += 1;
             if last_refusal_log.is_none_or(|at| at.elapsed() >= Duration::from_secs(5)) {
                 tracing::warn!(
                     max_connections = limits.max_connections,
+                    reserve = limits.reserve,
                     refused = refused_since_log,
-                    "connection limit reached; closing new connections (raise --max-connections)"
+                    "every connection has a request in flight and the reserve is full; closing new connections \
+                     (raise --max-connections)"
                 );
                 refused_since_log = 0;
                 last_refusal_log = Some(Instant::now());
@@ -92,27 +112,39 @@ pub async fn serve(
             drop(tcp);
             continue;
         };
+        if place.admission == Admission::Evicted {
+            tracing::debug!("connection cap reached; closed the longest-idle connection to admit a new one");
+        }
         // Nagle's algorithm would hold a token event back until the client ACKs the headers
         // (up to its 40 ms delayed-ACK timer): every SSE write must leave at once.
         if let Err(error) = tcp.set_nodelay(true) {
             tracing::warn!(%error, "could not set TCP_NODELAY");
         }
         let (router, limits, stop) = (router.clone(), limits.clone(), stop.clone());
-        connections.spawn(async move {
-            serve_connection(tcp, router, &limits, stop).await;
-            drop(permit);
-        });
+        connections.spawn(async move { serve_connection(tcp, router, &limits, stop, place).await });
     }
     let _ = tokio::time::timeout(grace, async { while connections.join_next().await.is_some() {} }).await;
 }
 
-async fn serve_connection(tcp: TcpStream, router: Router, limits: &ConnectionLimits, mut stop: watch::Receiver<bool>) {
-    let activity = Arc::new(Activity::new());
-    let io = TokioIo::new(Tracked { inner: tcp, activity: Arc::clone(&activity) });
+async fn serve_connection(
+    tcp: TcpStream,
+    router: Router,
+    limits: &ConnectionLimits,
+    mut stop: watch::Receiver<bool>,
+    place: Place,
+) {
+    let connection = Arc::clone(&place.connection);
+    let reserve = place.admission == Admission::Reserve;
+    let io = TokioIo::new(Tracked { inner: tcp, connection: Arc::clone(&connection) });
+    let service = tower::service_fn(move |request: Request<hyper::body::Incoming>| {
+        handle(router.clone(), Arc::clone(&connection), reserve, request.map(Body::new))
+    });
     let connection = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
-        .serve_connection(io, TowerToHyperService::new(router));
+        // A reserve place serves one request.
+        .keep_alive(!reserve)
+        .serve_connection(io, TowerToHyperService::new(service));
     tokio::pin!(connection);
     let mut check = tokio::time::interval((limits.idle_timeout / 4).max(Duration::from_millis(10)));
     let mut closing = false;
@@ -128,8 +160,12 @@ async fn serve_connection(tcp: TcpStream, router: Router, limits: &ConnectionLim
                 connection.as_mut().graceful_shutdown();
                 closing = true;
             }
+            _ = place.connection.close_requested(), if !closing => {
+                connection.as_mut().graceful_shutdown();
+                closing = true;
+            }
             _ = check.tick(), if !closing => {
-                if activity.idle_for() >= limits.idle_timeout {
+                if place.connection.idle_for() >= limits.idle_timeout {
                     connection.as_mut().graceful_shutdown();
                     closing = true;
                 }
@@ -138,74 +174,24 @@ async fn serve_connection(tcp: TcpStream, router: Router, limits: &ConnectionLim
     }
 }
 
-/// When a connection last moved a byte.
-struct Activity {
-    start: Instant,
-    last_ms: AtomicU64,
-}
-
-impl Activity {
-    fn new() -> Self {
-        Self { start: Instant::now(), last_ms: AtomicU64::new(0) }
+/// One request on a connection, counted in flight until its response body is dropped
+/// (sent, or the client gone); on a reserve place, only probes reach the router.
+async fn handle(
+    router: Router,
+    connection: Arc<Connection>,
+    reserve: bool,
+    request: Request,
+) -> Result<Response, std::convert::Infallible> {
+    if reserve && !PROBES.contains(&request.uri().path()) {
+        return Ok(ApiError::connections_busy().into_response());
     }
-
-    fn touch(&self) {
-        self.last_ms.store(self.start.elapsed().as_millis() as u64, Ordering::Relaxed);
-    }
-
-    fn idle_for(&self) -> Duration {
-        let now = self.start.elapsed().as_millis() as u64;
-        Duration::from_millis(now.saturating_sub(self.last_ms.load(Ordering::Relaxed)))
-    }
-}
-
-/// A TCP stream that records when it last read or wrote.
-struct Tracked {
-    inner: TcpStream,
-    activity: Arc<Activity>,
-}
-
-impl AsyncRead for Tracked {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let result = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            self.activity.touch();
-        }
-        result
-    }
-}
-
-impl AsyncWrite for Tracked {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
-        let result = Pin::new(&mut self.inner).poll_write(cx, data);
-        if matches!(result, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
-        result
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        let result = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        if matches!(result, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
-        result
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
+    let in_flight = connection.request_started();
+    let response = router.oneshot(request).await?;
+    Ok(response.map(|body| {
+        Body::new(body.map_frame(move |frame| {
+            // Owned by the body, so the request counts until hyper drops it.
+            let _in_flight = &in_flight;
+            frame
+        }))
+    }))
 }
