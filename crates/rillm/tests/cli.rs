@@ -5,12 +5,12 @@ use std::time::{Duration, Instant};
 
 mod support;
 
-use support::{http, model, serial, Server, BIN};
+use support::{http, model, serial, start_server, BIN};
 
 #[test]
 fn the_prototypes_bench_command_runs_against_rillm_serve_with_no_rejections() {
     let _g = serial();
-    let server = Server::start(512, &[]);
+    let server = start_server(512, &[]);
     let out = std::env::temp_dir().join(format!("rillm-run-{}.json", std::process::id()));
     let url = format!("http://127.0.0.1:{}/generate", server.port);
     let status = Command::new(BIN)
@@ -45,7 +45,7 @@ fn the_prototypes_bench_command_runs_against_rillm_serve_with_no_rejections() {
 #[test]
 fn sigterm_lets_the_in_flight_stream_finish_then_exits_zero() {
     let _g = serial();
-    let mut server = Server::start(512, &["--shutdown-timeout", "30"]);
+    let mut server = start_server(512, &["--shutdown-timeout", "30"]);
     let port = server.port;
     let stream = std::thread::spawn(move || {
         http(port, "POST", "/generate", r#"{"prompt": "Count to fifty:", "max_tokens": 80, "ignore_eos": true}"#)

@@ -8,12 +8,12 @@ use serde_json::Value;
 
 mod support;
 
-use support::{bench_result, serial, Server};
+use support::{bench_result, serial, start_server, Server};
 
 /// A server for these tests: a context long enough for a few turns of conversation.
-fn server() -> (std::sync::MutexGuard<'static, ()>, Server) {
+fn server() -> (tokio::sync::MutexGuard<'static, ()>, Server) {
     let guard = serial();
-    (guard, Server::start(1024, &[]))
+    (guard, start_server(1024, &[]))
 }
 
 fn temp(name: &str) -> PathBuf {

@@ -4,14 +4,14 @@
 
 mod support;
 
-use support::{bench_result, serial, Server};
+use support::{bench_result, serial, start_server};
 
 /// Text the model continues by repeating it: prompt lookup drafts from it.
 const REPEATING: &str =
     "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3,";
 
 fn run(extra: &[&str], name: &str) -> serde_json::Value {
-    let server = Server::start(512, extra);
+    let server = start_server(512, extra);
     let url = server.url("/v1/completions");
     let args = ["--url", &url, "--prompt", REPEATING, "--requests", "2", "--max-tokens", "60", "--temperature", "0"];
     bench_result(&args, name)

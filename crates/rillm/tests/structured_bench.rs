@@ -8,7 +8,7 @@ use serde_json::Value;
 
 mod support;
 
-use support::{bench_result, serial, Server};
+use support::{bench_result, serial, start_server};
 
 fn bench(args: &[&str], name: &str) -> Value {
     bench_result(args, &format!("structured-{name}"))
@@ -17,7 +17,7 @@ fn bench(args: &[&str], name: &str) -> Value {
 #[test]
 fn a_json_schema_workload_checks_every_output_against_its_schema() {
     let _serial = serial();
-    let server = Server::start(1024, &[]);
+    let server = start_server(1024, &[]);
     let schemas = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/schemas");
     let url = server.url("/v1/chat/completions");
     let args = [
@@ -63,7 +63,7 @@ fn a_json_schema_workload_checks_every_output_against_its_schema() {
 #[test]
 fn choice_and_regex_workloads_over_generate_and_completions() {
     let _serial = serial();
-    let server = Server::start(512, &[]);
+    let server = start_server(512, &[]);
     let generate = server.url("/generate");
     let choice = bench(
         &[

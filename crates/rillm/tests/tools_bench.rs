@@ -6,13 +6,13 @@ use std::path::PathBuf;
 
 mod support;
 
-use support::{bench_result, serial, Server};
+use support::{bench_result, serial, start_server};
 
 #[test]
 fn the_bench_plays_the_tools_and_checks_every_call() {
     let _serial = serial();
     // The 24 tools' block is ~2,300 prompt tokens.
-    let server = Server::start(4096, &[]);
+    let server = start_server(4096, &[]);
     let tools = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/tools/tools.json");
     let dir = std::env::temp_dir();
     let prompts = dir.join(format!("rillm-agents-{}.jsonl", std::process::id()));

@@ -1,5 +1,5 @@
-//! What the bench's loopback tests share: a mock server on its own runtime thread and a
-//! way to run `rillm bench` arguments in-process.
+//! What the bench's loopback tests share: the mock server on a runtime thread of its own
+//! (`rillm-test-support`'s) and a way to run `rillm bench` arguments in-process.
 #![allow(dead_code)] // each test binary uses its own subset
 
 use std::time::Duration;
@@ -8,6 +8,7 @@ use clap::Parser;
 use rillm_bench::mock::MockConfig;
 use rillm_bench::result::BenchResult;
 use rillm_bench::BenchArgs;
+use rillm_test_support::thread_server::ThreadServer;
 
 #[derive(Parser)]
 struct Cli {
@@ -18,8 +19,7 @@ struct Cli {
 /// A mock server on its own runtime thread, so its timing does not depend on the client's.
 pub struct Mock {
     pub base: String,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _server: ThreadServer,
 }
 
 impl Mock {
@@ -28,33 +28,10 @@ impl Mock {
     }
 
     pub fn with(config: MockConfig) -> Self {
-        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                addr_tx.send(listener.local_addr().unwrap()).unwrap();
-                rillm_bench::mock::serve(listener, config, async move {
-                    let _ = stopped.await;
-                })
-                .await
-                .unwrap();
-            });
+        let server = ThreadServer::start(move |listener, stopped| async move {
+            rillm_bench::mock::serve(listener, config, stopped).await.expect("the mock serves");
         });
-        let addr = addr_rx.recv().unwrap();
-        Self { base: format!("http://{addr}"), stop: Some(stop), thread: Some(thread) }
-    }
-}
-
-impl Drop for Mock {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        Self { base: server.base.clone(), _server: server }
     }
 }
 

@@ -1,6 +1,7 @@
-//! A real rillm server on loopback over the real model, and a real SSE client.
+//! A real rillm server on loopback over the real model, in the test's process (so a test
+//! can reach its engine too); the shared helpers come from `rillm-test-support`.
 
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 pub mod scripted;
 
@@ -8,15 +9,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use eventsource_stream::Eventsource;
-use futures::StreamExt;
 use rillm_engine::{Engine, EngineConfig};
 use rillm_server::{Backend, ServerConfig};
-use tokio::sync::{oneshot, Mutex, MutexGuard};
+pub use rillm_test_support::{python_with, read_sse, SseEvent};
+use tokio::sync::{oneshot, MutexGuard};
 use tokio::task::JoinHandle;
-
-/// One model server at a time: the tests share two cores.
-static SERIAL: Mutex<()> = Mutex::const_new(());
 
 pub struct TestServer {
     pub base: String,
@@ -49,33 +46,9 @@ impl Default for Options {
     }
 }
 
-/// The Python that `scripts/test` set up (`RILLM_TEST_PYTHON`), if it can import
-/// `imports` (`import a, b`). Without them the caller's test says it skipped, unless
-/// `RILLM_REQUIRE_SDK` is set (CI), when it fails.
-pub fn python_with(imports: &str) -> Option<String> {
-    let python = std::env::var("RILLM_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
-    let has = std::process::Command::new(&python)
-        .args(["-c", &format!("import {imports}")])
-        .output()
-        .is_ok_and(|out| out.status.success());
-    if has {
-        return Some(python);
-    }
-    assert!(
-        std::env::var_os("RILLM_REQUIRE_SDK").is_none(),
-        "RILLM_REQUIRE_SDK is set but {python} cannot import {imports}"
-    );
-    eprintln!("skipped: {python} cannot import {imports} (scripts/test installs them); these checks did not run");
-    None
-}
-
-fn model_path() -> std::path::PathBuf {
-    rillm_models::model_for_tests()
-}
-
 impl TestServer {
     pub async fn start(opts: Options) -> Self {
-        let serial = SERIAL.lock().await;
+        let serial = rillm_test_support::model_lock().await;
         let config = Self::engine_config(&opts);
         let load = move || Engine::start(config).map(|e| Arc::new(e) as Arc<dyn Backend>);
         Self::serve(opts, load, serial).await
@@ -84,7 +57,7 @@ impl TestServer {
     /// A server over an engine the test can also call directly (to check what the HTTP
     /// path reports against the engine's own answers).
     pub async fn start_sharing_engine(opts: Options) -> (Self, Engine) {
-        let serial = SERIAL.lock().await;
+        let serial = rillm_test_support::model_lock().await;
         let engine = Engine::start(Self::engine_config(&opts)).expect("engine starts");
         let shared = engine.clone();
         let load = move || Ok(Arc::new(shared) as Arc<dyn Backend>);
@@ -92,7 +65,7 @@ impl TestServer {
     }
 
     fn engine_config(opts: &Options) -> EngineConfig {
-        let mut config = EngineConfig::new(model_path());
+        let mut config = EngineConfig::new(rillm_test_support::model());
         config.max_running = opts.max_running;
         config.max_waiting = opts.max_waiting;
         config.ctx_per_sequence = opts.ctx;
@@ -124,16 +97,7 @@ impl TestServer {
     }
 
     async fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(r) = self.client.get(self.url("/ready")).send().await {
-                if r.status() == 200 {
-                    return;
-                }
-            }
-            assert!(Instant::now() < deadline, "server never became ready");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        rillm_test_support::wait_ready(&self.client, &self.url("/ready"), Duration::from_secs(60)).await;
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -189,30 +153,4 @@ impl Drop for TestServer {
     fn drop(&mut self) {
         self.trigger_shutdown();
     }
-}
-
-/// An SSE event as the client saw it.
-#[derive(Debug, Clone)]
-pub struct SseEvent {
-    pub event: String,
-    pub data: String,
-}
-
-impl SseEvent {
-    pub fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.data).unwrap_or_else(|e| panic!("bad JSON {:?}: {e}", self.data))
-    }
-}
-
-pub async fn read_sse(response: reqwest::Response) -> Vec<SseEvent> {
-    assert_eq!(response.status(), 200);
-    let content_type = response.headers()["content-type"].to_str().unwrap().to_string();
-    assert!(content_type.starts_with("text/event-stream"), "{content_type}");
-    let mut events = response.bytes_stream().eventsource();
-    let mut out = Vec::new();
-    while let Some(event) = events.next().await {
-        let event = event.expect("well-formed SSE");
-        out.push(SseEvent { event: event.event, data: event.data });
-    }
-    out
 }

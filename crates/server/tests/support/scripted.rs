@@ -1,7 +1,7 @@
 //! Servers over the scripted backend: no model, no serial guard, milliseconds to start.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rillm_server::{AppState, Backend, ServeError, ServerConfig};
 use serde_json::Value;
@@ -48,11 +48,8 @@ impl Running {
     }
 
     pub async fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while get(&self.base, "/ready").await.0 != 200 {
-            assert!(Instant::now() < deadline, "never ready");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let ready = format!("{}/ready", self.base);
+        rillm_test_support::wait_ready(&reqwest::Client::new(), &ready, Duration::from_secs(5)).await;
     }
 
     pub async fn join(self) -> Result<(), ServeError> {
