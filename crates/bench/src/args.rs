@@ -2,11 +2,11 @@
 
 use std::path::PathBuf;
 
-use crate::lengths::LengthDist;
 use crate::protocol::Protocol;
-use crate::schedule::Arrival;
-use crate::think::ThinkTime;
-use crate::trace::TraceFormat;
+use crate::run::schedule::Arrival;
+use crate::workload::lengths::LengthDist;
+use crate::workload::think::ThinkTime;
+use crate::workload::trace::TraceFormat;
 
 #[derive(clap::Args, Debug, Clone)]
 #[command(group(clap::ArgGroup::new("amount").args(["requests", "duration"])))]
@@ -20,8 +20,8 @@ pub struct BenchArgs {
     pub url: Vec<String>,
     /// How requests are spread over several --url: round-robin, or least-in-flight (fewest
     /// unanswered requests). A session stays on the endpoint its first turn went to.
-    #[arg(long, value_enum, default_value_t = crate::targets::Balance::RoundRobin)]
-    pub balance: crate::targets::Balance,
+    #[arg(long, value_enum, default_value_t = crate::run::targets::Balance::RoundRobin)]
+    pub balance: crate::run::targets::Balance,
     /// Wire protocol; `auto` picks it from the URL's path and says what it picked
     /// (`/generate` is rillm's: SGLang's native /generate needs `sglang`).
     #[arg(long, value_enum, default_value_t = ProtocolArg::Auto)]
@@ -136,7 +136,7 @@ pub struct BenchArgs {
     /// checked (JSON-valid, schema-valid). json_schema takes --schemas, regex --regex,
     /// choice --choices; json_object, regex and choice prompts are --prompt.
     #[arg(long, value_enum)]
-    pub response_format: Option<crate::structured::ResponseFormat>,
+    pub response_format: Option<crate::workload::structured::ResponseFormat>,
     /// A folder of JSON Schema files (*.json), assigned to requests round-robin. Without
     /// --dataset, --trace or --input-tokens each schema's `description` is its prompt.
     #[arg(long)]
@@ -200,7 +200,7 @@ pub struct BenchArgs {
     /// Send only shard I of N (0-based) of an open-loop schedule (--rate or --trace, one
     /// level): arrival i is shard i mod N's. Run N processes, then `rillm bench merge`.
     #[arg(long)]
-    pub shard: Option<crate::shard::Shard>,
+    pub shard: Option<crate::run::shard::Shard>,
     /// Begin the schedule at this Unix time in milliseconds (by this machine's clock), so
     /// shards on several machines start together.
     #[arg(long)]

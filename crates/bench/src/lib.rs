@@ -4,35 +4,23 @@
 //! are open-loop (a schedule that never waits for responses) or closed-loop workers; every
 //! offered request is disclosed, whether it completed, failed, was rejected with 429 or was
 //! shed by the client; latencies are reported from the actual send and from the schedule.
+//!
+//! The modules follow the data: `workload` (datasets, traces, synthetic prompts and
+//! sessions, tools, schemas → request specs) → `run` (client, pacing, sessions, shards,
+//! endpoints, server metrics) → `results` (records → figures, limits, context, result
+//! files read back) → `report` (text, HTML, compare). Each stage imports only the ones
+//! before it. Beside them: `args`/`validate` (the command line), `protocol` (each server
+//! API's request bodies and stream framing, the vocabulary every stage speaks), `stats`
+//! (percentiles), `mock` (a scripted server for tests), `merge` (shards into one result).
 
 pub mod args;
-pub mod client;
-pub mod compare;
-pub mod context;
-pub mod conversation;
-pub mod dataset;
-pub mod lengths;
-mod limits;
 pub mod merge;
 pub mod mock;
-pub mod plan;
 pub mod protocol;
 pub mod report;
-pub mod result;
-pub mod runner;
-pub mod schedule;
-pub mod server_metrics;
-pub mod session;
-pub mod shard;
-pub mod slo;
+pub mod results;
+pub mod run;
 pub mod stats;
-pub mod structured;
-pub mod synth;
-pub mod targets;
-pub mod think;
-pub mod tokens;
-pub mod tools;
-pub mod trace;
 mod validate;
 pub mod workload;
 
@@ -42,10 +30,12 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 pub use args::BenchArgs;
-use plan::{Amount, LevelPlan, Load};
 use protocol::{BodyOptions, PromptSpec, RequestSpec};
-use result::{BenchResult, LoadDescription, LoadMode, RunFacts, Slos};
-use workload::Workload;
+use results::context;
+use results::result::{self, BenchResult, LoadDescription, LoadMode, RunFacts, Slos};
+use run::plan::{Amount, LevelPlan, Load};
+use run::{client, server_metrics, shard, targets};
+use workload::{dataset, tokens, tools, trace, Workload};
 
 /// Requests per level (or trace records) when neither --requests nor --duration is given.
 pub const DEFAULT_REQUESTS: usize = 20;
@@ -209,7 +199,7 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
             level_prompts: 1,
             shard: None,
         });
-        runner::run_level(&client, warm).await;
+        run::run_level(&client, warm).await;
     }
     // Shards agree on a start time; each says how late its clock let it begin.
     let late_ms = match args.start_at {
@@ -248,7 +238,7 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
             }
         };
         let spec_before = scrape().await;
-        let mut outcome = runner::run_level(&client, plan).await;
+        let mut outcome = run::run_level(&client, plan).await;
         let spec_after = scrape().await;
         if let Some(counter) = &output_counter {
             estimate_output_tokens(counter, &mut outcome.records);

@@ -6,11 +6,11 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 
-use crate::context::MergedContext;
+use crate::results::context::MergedContext;
 
-use crate::compare::{self, CompareError, Run};
-use crate::result::{self, BenchResult, RunFacts};
-use crate::shard::Shard;
+use crate::results::compare::{self, CompareError, Run};
+use crate::results::result::{self, BenchResult, RunFacts};
+use crate::run::shard::Shard;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct MergeArgs {

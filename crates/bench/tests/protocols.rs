@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use rillm_bench::client::Status;
 use rillm_bench::mock::{Fault, Framing, MockConfig};
-use rillm_bench::result::BenchResult;
+use rillm_bench::results::result::BenchResult;
+use rillm_bench::run::client::Status;
 
 mod support;
 

@@ -2,7 +2,7 @@
 //! times, sessions with live replies in the history, synthetic lengths and shared prefixes.
 //! The mock counts one token per word, so prompt lengths can be checked exactly.
 
-use rillm_bench::client::Status;
+use rillm_bench::run::client::Status;
 
 mod support;
 
@@ -42,7 +42,7 @@ async fn an_azure_trace_replays_at_its_scaled_times_with_exact_lengths_and_prove
     ];
     let r = &bench(&args).await[0];
     assert_eq!((r.offered_requests, r.completed), (5, 5), "{}", r.limits);
-    assert_eq!(r.load.mode, rillm_bench::result::LoadMode::Trace);
+    assert_eq!(r.load.mode, rillm_bench::results::result::LoadMode::Trace);
     let scheduled: Vec<f64> = r.requests.iter().map(|q| q.scheduled_ms).collect();
     assert_eq!(scheduled, vec![0.0, 100.0, 250.0, 450.0, 500.0]);
     for q in &r.requests {

@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rillm_bench::compare::{CompareArgs, CompareFormat};
 use rillm_bench::report::compare;
+use rillm_bench::results::compare::{CompareArgs, CompareFormat};
 use serde_json::Value;
 
 mod support;

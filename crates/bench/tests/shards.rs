@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
-use rillm_bench::compare;
 use rillm_bench::merge::{self, MergeError};
-use rillm_bench::result::BenchResult;
+use rillm_bench::results::compare;
+use rillm_bench::results::result::BenchResult;
 
 mod support;
 
@@ -21,7 +21,7 @@ const RUN: [&str; 10] =
 /// Runs the four shards of RUN at once against `url` (plus `extra` for shard 3), each to
 /// its own file, starting together 1.5 s from now (time enough for each to build its prompts).
 async fn four_shards(url: &str, tag: &str, extra: &[&str]) -> Vec<PathBuf> {
-    let start_at = (rillm_bench::shard::unix_ms_now() + 1500).to_string();
+    let start_at = (rillm_bench::run::shard::unix_ms_now() + 1500).to_string();
     let files: Vec<PathBuf> = (0..4).map(|i| temp(&format!("{tag}-{i}.json"))).collect();
     let runs = (0..4).map(|i| {
         let shard = format!("{i}/4");
@@ -103,7 +103,7 @@ async fn sessions_shard_by_conversation_and_merge_with_their_turns() {
     let url = format!("{}/v1/chat/completions", mock.base);
     let run = ["--url", url.as_str(), "--sessions", "8", "--turns", "3", "--rate", "40", "--input-tokens", "20"];
     let whole = bench(&run).await.remove(0);
-    let start_at = (rillm_bench::shard::unix_ms_now() + 1500).to_string();
+    let start_at = (rillm_bench::run::shard::unix_ms_now() + 1500).to_string();
     let files: Vec<PathBuf> = (0..2).map(|i| temp(&format!("sessions-{i}.json"))).collect();
     let shards = (0..2).map(|i| {
         let shard = format!("{i}/2");

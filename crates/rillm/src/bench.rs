@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use rillm_bench::compare::CompareArgs;
 use rillm_bench::merge::MergeArgs;
 use rillm_bench::mock::{Fault, Framing, MockConfig};
+use rillm_bench::results::compare::CompareArgs;
 use rillm_bench::BenchArgs;
 
 /// `rillm bench [OPTIONS]` runs a benchmark; `rillm bench compare A.json B.json` compares
@@ -48,7 +48,7 @@ pub fn command(command: BenchCommand) -> anyhow::Result<()> {
             Ok(())
         }
         (Some(BenchAction::Report(args)), _) => {
-            let run = rillm_bench::compare::load(&args.file, None)?;
+            let run = rillm_bench::results::compare::load(&args.file, None)?;
             let output = rillm_bench::BenchOutput { levels: run.levels };
             output.write_files(None, Some(&args.output))?;
             eprintln!("rillm: wrote {}", args.output.display());

@@ -51,7 +51,7 @@ pub struct Chunk {
     pub end: bool,
     pub error: Option<String>,
     /// Pieces of tool calls (`delta.tool_calls`, chat).
-    pub tool_calls: Vec<crate::tools::ToolCallDelta>,
+    pub tool_calls: Vec<crate::workload::tools::ToolCallDelta>,
 }
 
 impl Chunk {
@@ -133,7 +133,7 @@ struct Delta<'a> {
     #[serde(borrow, default)]
     reasoning: Option<Cow<'a, str>>,
     #[serde(default)]
-    tool_calls: Option<Vec<crate::tools::ToolCallDelta>>,
+    tool_calls: Option<Vec<crate::workload::tools::ToolCallDelta>>,
 }
 
 #[derive(Deserialize)]

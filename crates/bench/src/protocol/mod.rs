@@ -6,7 +6,7 @@ mod decode;
 pub use decode::{Chunk, StreamDecoder, UsageInfo};
 use serde_json::{json, Value};
 
-use crate::structured::{OutputConstraint, ResponseFormat};
+use crate::workload::structured::{OutputConstraint, ResponseFormat};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -66,7 +66,7 @@ pub struct RequestSpec {
     /// Constraint workloads: what the output must be, asked for in the body and checked.
     pub constraint: Option<std::sync::Arc<OutputConstraint>>,
     /// A replayed chat request's own tools (instead of `--tools`): offered, and its calls checked.
-    pub tools: Option<std::sync::Arc<crate::tools::ToolSet>>,
+    pub tools: Option<std::sync::Arc<crate::workload::tools::ToolSet>>,
 }
 
 impl RequestSpec {
@@ -75,7 +75,7 @@ impl RequestSpec {
     }
 
     /// The tools this request offers: its own, else the run's.
-    pub fn tools<'a>(&'a self, opts: &'a BodyOptions) -> Option<&'a std::sync::Arc<crate::tools::ToolSet>> {
+    pub fn tools<'a>(&'a self, opts: &'a BodyOptions) -> Option<&'a std::sync::Arc<crate::workload::tools::ToolSet>> {
         self.tools.as_ref().or(opts.tools.as_ref())
     }
 }
@@ -113,7 +113,7 @@ pub struct BodyOptions {
     /// `--extra-body`: merged into every body (objects merge key by key).
     pub extra: Option<Value>,
     /// Tool workloads: the tools every chat request offers (`--tools`).
-    pub tools: Option<std::sync::Arc<crate::tools::ToolSet>>,
+    pub tools: Option<std::sync::Arc<crate::workload::tools::ToolSet>>,
 }
 
 pub fn request_body(protocol: Protocol, spec: &RequestSpec, opts: &BodyOptions) -> Value {

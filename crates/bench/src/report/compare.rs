@@ -9,8 +9,10 @@ use super::charts::{Chart, Guide, Series};
 use super::html::{subtitle, sweep_charts, tpot_samples, ttft_samples};
 use super::level_name;
 use super::page::{card, escape, json_details, page, table, warning, Cell};
-use crate::compare::{is_rate_sweep, load_all, sustainable_rate, CompareArgs, CompareError, CompareFormat, Run};
-use crate::result::BenchResult;
+use crate::results::compare::{
+    is_rate_sweep, load_all, sustainable_rate, CompareArgs, CompareError, CompareFormat, Run,
+};
+use crate::results::result::BenchResult;
 
 /// `rillm bench compare`: loads and checks the runs, writes the HTML page when asked, and
 /// returns the comparison in the format asked for.
@@ -195,7 +197,7 @@ fn level_count(runs: &[Run]) -> usize {
 fn sections(runs: &[Run]) -> Vec<(String, Vec<Row>)> {
     let mut sections = Vec::new();
     if let Some(row) = sustainable_row(runs) {
-        let title = format!("the sweep (>= {} % SLO attainment)", crate::compare::SUSTAINED_ATTAINMENT_PCT);
+        let title = format!("the sweep (>= {} % SLO attainment)", crate::results::compare::SUSTAINED_ATTAINMENT_PCT);
         sections.push((title, vec![row]));
     }
     for l in 0..level_count(runs) {
@@ -303,7 +305,7 @@ pub fn to_json(runs: &[Run], differences: &[String]) -> Value {
         "runs": runs.iter().map(|r| json!({"label": r.label, "path": r.path, "url": r.levels[0].url})).collect::<Vec<_>>(),
         "baseline": base.label,
         "differences": differences,
-        "sustained_attainment_pct": crate::compare::SUSTAINED_ATTAINMENT_PCT,
+        "sustained_attainment_pct": crate::results::compare::SUSTAINED_ATTAINMENT_PCT,
         "sustainable_rate_rps": sustainable_row(runs).map(|row| row_json(&row)),
         "levels": levels,
     })
@@ -358,7 +360,7 @@ pub fn html(runs: &[Run], differences: &[String]) -> String {
                 let label = format!(
                     "{}: sustainable req/s (≥ {} % SLO attainment)",
                     run.label,
-                    crate::compare::SUSTAINED_ATTAINMENT_PCT
+                    crate::results::compare::SUSTAINED_ATTAINMENT_PCT
                 );
                 let ratio = if i == 0 { String::new() } else { format!(" ({})", row.ratio(i).0) };
                 card(&mut body, &label, &format!("{}{ratio}", row.value(i)), false);

@@ -6,8 +6,8 @@ use std::fmt::Write;
 use super::charts::{Chart, Guide, Kind, Series};
 use super::page::{card, escape, json_details, num, page, table, warning, Cell};
 use super::{knee, level_name, load_axis};
-use crate::client::Status;
-use crate::result::BenchResult;
+use crate::results::result::BenchResult;
+use crate::run::client::Status;
 use crate::stats::Distribution;
 
 /// Grey, orange, red for the rug of scheduled, rejected and failed requests.
@@ -210,7 +210,7 @@ fn distribution_cells(name: &str, d: &Option<Distribution>) -> Vec<Cell> {
     cells
 }
 
-fn turn_table(body: &mut String, turns: &[crate::result::TurnSummary]) {
+fn turn_table(body: &mut String, turns: &[crate::results::result::TurnSummary]) {
     let rows: Vec<(&str, Vec<Cell>)> = turns
         .iter()
         .map(|t| {
@@ -233,7 +233,7 @@ fn turn_table(body: &mut String, turns: &[crate::result::TurnSummary]) {
     );
 }
 
-fn target_table(body: &mut String, targets: &[crate::result::TargetSummary]) {
+fn target_table(body: &mut String, targets: &[crate::results::result::TargetSummary]) {
     let rows: Vec<(&str, Vec<Cell>)> = targets
         .iter()
         .map(|t| {
@@ -268,7 +268,7 @@ fn target_table(body: &mut String, targets: &[crate::result::TargetSummary]) {
     );
 }
 
-fn cached_share(t: &crate::result::TurnSummary) -> Option<f64> {
+fn cached_share(t: &crate::results::result::TurnSummary) -> Option<f64> {
     match (t.mean_cached_tokens, t.mean_prompt_tokens) {
         (Some(c), Some(p)) if p > 0.0 => Some(100.0 * c / p),
         _ => None,
@@ -303,7 +303,7 @@ fn level_charts(r: &BenchResult) -> Vec<Chart> {
 
     let mut over_time = Chart::new("Latency over the run, by scheduled send", "scheduled send (s)", "ms");
     over_time.log_y = true;
-    let at = |q: &crate::result::RequestJson| q.scheduled_ms / 1000.0;
+    let at = |q: &crate::results::result::RequestJson| q.scheduled_ms / 1000.0;
     let done = || r.requests.iter().filter(|q| q.status == Status::Completed);
     over_time.series.push(Series::counted(
         "TTFT",

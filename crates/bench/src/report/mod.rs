@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 pub use html::html;
 pub use text::summary;
 
-use crate::result::{BenchResult, LoadMode};
+use crate::results::result::{BenchResult, LoadMode};
 
 pub fn level_name(r: &BenchResult) -> String {
     match (r.load.requested_rate_rps, r.load.concurrency) {

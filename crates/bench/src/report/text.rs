@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use super::{knee, level_name};
-use crate::result::BenchResult;
+use crate::results::result::BenchResult;
 use crate::stats::Distribution;
 
 fn dist_row(out: &mut String, name: &str, d: &Option<Distribution>) {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use rillm_bench::mock::MockConfig;
-use rillm_bench::result::BenchResult;
+use rillm_bench::results::result::BenchResult;
 use rillm_bench::BenchArgs;
 use rillm_test_support::thread_server::ThreadServer;
 

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use crate::conversation::{Session, Turn};
 use crate::protocol::{PromptSpec, RequestSpec};
-use crate::tools::ToolSet;
+use crate::workload::conversation::{Session, Turn};
+use crate::workload::tools::ToolSet;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DatasetError {
@@ -233,11 +233,17 @@ mod tests {
         let PromptSpec::Messages(history) = &specs[1].prompt else { panic!("messages") };
         assert_eq!(history[2]["tool_call_id"], "c", "the recorded history is sent as it is");
         // Calls are checked against the record's tools.
-        let mut good =
-            vec![crate::tools::ToolCall { id: "x".into(), name: "add".into(), arguments: r#"{"a":2}"#.into() }];
+        let mut good = vec![crate::workload::tools::ToolCall {
+            id: "x".into(),
+            name: "add".into(),
+            arguments: r#"{"a":2}"#.into(),
+        }];
         assert_eq!(first.check(&mut good, false).valid, 1);
-        let mut bad =
-            vec![crate::tools::ToolCall { id: "y".into(), name: "add".into(), arguments: r#"{"a":"two"}"#.into() }];
+        let mut bad = vec![crate::workload::tools::ToolCall {
+            id: "y".into(),
+            name: "add".into(),
+            arguments: r#"{"a":"two"}"#.into(),
+        }];
         assert_eq!(first.check(&mut bad, false).valid, 0);
         let broken = write("agent-bad.jsonl", "{\"messages\":[],\"tools\":[{\"type\":\"function\"}]}\n");
         assert!(load(&broken, 9).unwrap_err().to_string().contains("line 1: tool 0 has no function.name"));

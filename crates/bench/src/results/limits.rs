@@ -1,7 +1,7 @@
 //! The `limits` text of a result: what its figures are and are not, in sentences, so a
 //! reader of one number sees the caveats that go with it.
 
-use crate::slo::Slos;
+use crate::results::slo::Slos;
 
 /// What the `limits` text is written from.
 pub(crate) struct LimitFacts<'a> {

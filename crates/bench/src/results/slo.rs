@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::client::{RequestRecord, Status};
+use crate::run::client::{RequestRecord, Status};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Slos {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::result::BenchResult;
+use crate::results::result::BenchResult;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct CompareArgs {
@@ -173,7 +173,7 @@ pub fn load_all(args: &CompareArgs) -> Result<(Vec<Run>, Vec<String>), CompareEr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::result::tests::{completed, level};
+    use crate::results::result::tests::{completed, level};
 
     /// A level at `rate` where `met` of `offered` requests have a 100 ms TTFT and the rest 900 ms.
     fn at(rate: f64, met: usize, offered: usize) -> BenchResult {

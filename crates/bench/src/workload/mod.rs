@@ -1,6 +1,20 @@
 //! What a run sends, built once before it starts: prompts cycled at the load's arrivals, a
 //! trace replayed at its own times, or multi-turn sessions. Synthetic prompts are made and
 //! counted here, so the send path only serialises bodies.
+//!
+//! The first stage of the bench's data flow (workload → run → results → report): the
+//! sources of requests (datasets, traces, synthetic prompts and sessions, tools, schemas)
+//! and their token counting. Nothing here imports the later stages.
+
+pub mod conversation;
+pub mod dataset;
+pub mod lengths;
+pub mod structured;
+pub mod synth;
+pub mod think;
+pub mod tokens;
+pub mod tools;
+pub mod trace;
 
 use std::sync::Arc;
 
@@ -8,14 +22,14 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 use crate::args::BenchArgs;
-use crate::conversation::{Session, Turn};
-use crate::lengths::LengthDist;
 use crate::protocol::{PromptSpec, Protocol, RequestSpec};
-use crate::structured::{self, ConstraintArgs, ResponseFormat};
-use crate::synth::{PromptLength, PromptPlan, PromptSynth};
-use crate::tokens::TokenCounter;
-use crate::trace::{self, TraceScaling};
-use crate::{dataset, BenchError};
+use crate::workload::conversation::{Session, Turn};
+use crate::workload::lengths::LengthDist;
+use crate::workload::synth::{PromptLength, PromptPlan, PromptSynth};
+use crate::workload::tokens::TokenCounter;
+use crate::BenchError;
+use structured::{ConstraintArgs, ResponseFormat};
+use trace::TraceScaling;
 
 /// A request with its own arrival time (trace replay).
 #[derive(Debug, Clone)]
@@ -99,7 +113,7 @@ pub async fn build(
 
 /// A tool workload: replies' calls are answered and sent back (`session::play`), so
 /// independent prompts become one-turn conversations.
-pub fn with_tools(mut built: Built, path: &std::path::Path, tools: &crate::tools::ToolSet) -> Built {
+pub fn with_tools(mut built: Built, path: &std::path::Path, tools: &crate::workload::tools::ToolSet) -> Built {
     if let Workload::Requests(specs) = &built.workload {
         let sessions = specs
             .iter()

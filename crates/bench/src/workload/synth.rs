@@ -11,7 +11,7 @@ use futures::StreamExt;
 use rand::{Rng, SeedableRng};
 
 use crate::protocol::PromptSpec;
-use crate::tokens::{TokenCounter, TokenizerError};
+use crate::workload::tokens::{TokenCounter, TokenizerError};
 
 /// How many times one prompt is recounted and adjusted before settling for the closest.
 const FIT_ROUNDS: usize = 6;

@@ -1,6 +1,18 @@
 //! Drives one load level: open-loop arrivals that never wait for earlier responses (from
 //! an arrival process or a trace's own times), or a fixed number of closed-loop workers.
 //! Sessions are driven by `session`.
+//!
+//! The second stage (workload → run → results → report): the HTTP client and protocols'
+//! timing, pacing, sessions, shards and endpoints, and the server's own metrics read around
+//! a run.
+
+pub mod client;
+pub mod plan;
+pub mod schedule;
+pub mod server_metrics;
+pub mod session;
+pub mod shard;
+pub mod targets;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -9,9 +21,9 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::task::JoinSet;
 
-use crate::client::{ms, RequestRecord};
-use crate::plan::{Amount, LevelPlan, Load};
-use crate::schedule::arrival_times;
+use crate::run::client::{ms, RequestRecord};
+use crate::run::plan::{Amount, LevelPlan, Load};
+use crate::run::schedule::arrival_times;
 use crate::workload::Workload;
 
 pub struct LevelOutcome {
@@ -29,7 +41,7 @@ pub async fn run_level(client: &reqwest::Client, plan: Arc<LevelPlan>) -> LevelO
     let bar = progress_bar(&plan);
     let (mut sessions_cut, mut turns_not_sent) = (0, 0);
     let records = if let Workload::Sessions(sessions) = &*plan.workload {
-        let outcome = crate::session::run(client, &plan, sessions, start, &bar).await;
+        let outcome = crate::run::session::run(client, &plan, sessions, start, &bar).await;
         (sessions_cut, turns_not_sent) = (outcome.sessions_cut, outcome.turns_not_sent);
         outcome.records
     } else {

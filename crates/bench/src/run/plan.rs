@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::{send, RequestRecord, Target};
 use crate::protocol::{request_body, BodyOptions, Protocol, RequestSpec};
-use crate::schedule::Arrival;
+use crate::run::client::{send, RequestRecord, Target};
+use crate::run::schedule::Arrival;
 use crate::workload::Workload;
 
 #[derive(Debug, Clone, Copy)]
@@ -29,7 +29,7 @@ pub enum Amount {
 }
 
 pub struct LevelPlan {
-    pub targets: Arc<crate::targets::Targets>,
+    pub targets: Arc<crate::run::targets::Targets>,
     pub protocol: Protocol,
     pub api_key: Option<String>,
     pub workload: Arc<Workload>,
@@ -47,7 +47,7 @@ pub struct LevelPlan {
     /// recurring prompts recur within their level.
     pub level_prompts: usize,
     /// Send only this shard's arrivals of the schedule (indices stay the full run's).
-    pub shard: Option<crate::shard::Shard>,
+    pub shard: Option<crate::run::shard::Shard>,
 }
 
 impl LevelPlan {
@@ -76,11 +76,12 @@ impl LevelPlan {
         record.index = index;
         record.target = to;
         record.prompt_tokens = record.prompt_tokens.or(spec.prompt_tokens);
-        if let Some(constraint) = spec.constraint.as_ref().filter(|_| record.status == crate::client::Status::Completed)
+        if let Some(constraint) =
+            spec.constraint.as_ref().filter(|_| record.status == crate::run::client::Status::Completed)
         {
             record.output_check = Some(constraint.check(&record.text));
         }
-        if let Some(tools) = spec.tools(&self.body).filter(|_| record.status == crate::client::Status::Completed) {
+        if let Some(tools) = spec.tools(&self.body).filter(|_| record.status == crate::run::client::Status::Completed) {
             let cut = record.finish_reason.as_deref() == Some("length");
             record.call_check = Some(tools.check(&mut record.tool_calls, cut));
         }

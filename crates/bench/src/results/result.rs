@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::client::{RequestRecord, Status};
-pub use crate::slo::Slos;
+pub use crate::results::slo::Slos;
+use crate::run::client::{RequestRecord, Status};
 use crate::stats::Distribution;
 
 /// How a level's requests were sent.
@@ -23,7 +23,7 @@ pub enum LoadMode {
 pub struct LoadDescription {
     pub mode: LoadMode,
     pub requested_rate_rps: Option<f64>,
-    pub arrival: Option<crate::schedule::Arrival>,
+    pub arrival: Option<crate::run::schedule::Arrival>,
     pub burstiness: Option<f64>,
     pub concurrency: Option<usize>,
     pub max_inflight: Option<usize>,
@@ -90,12 +90,12 @@ pub struct RequestJson {
     pub finish_reason: Option<String>,
     /// Constraint workloads: does the output parse, and is it valid for its constraint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output_check: Option<crate::structured::OutputCheck>,
+    pub output_check: Option<crate::workload::structured::OutputCheck>,
     /// Tool workloads: the round of its turn (1: the user's turn) and its calls' check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub round: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub call_check: Option<crate::tools::CallCheck>,
+    pub call_check: Option<crate::workload::tools::CallCheck>,
 }
 
 impl RequestJson {
@@ -264,7 +264,7 @@ pub struct BenchResult {
     pub ttft_goodput_rps: f64,
     pub requests: Vec<RequestJson>,
     pub limits: String,
-    pub run_context: crate::context::RunContext,
+    pub run_context: crate::results::context::RunContext,
     // What rillm adds.
     pub url: String,
     /// Every endpoint loaded, when there were several (`url` is the first).
@@ -291,14 +291,14 @@ pub struct BenchResult {
     pub tokens: TokenSummary,
     /// Constraint workloads (`--response-format`): how many outputs were valid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub structured_outputs: Option<crate::structured::ConstraintSummary>,
+    pub structured_outputs: Option<crate::workload::structured::ConstraintSummary>,
     /// Tool workloads (`--tools`): calls made and valid, rounds, TTFT by round.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_calls: Option<crate::tools::ToolCallSummary>,
+    pub tool_calls: Option<crate::workload::tools::ToolCallSummary>,
     /// Speculative decoding over the level, from the server's own `vllm:spec_decode_*`
     /// counters (servers that publish them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub speculation: Option<crate::server_metrics::SpeculationSummary>,
+    pub speculation: Option<crate::run::server_metrics::SpeculationSummary>,
     /// Sessions only: TTFT and reuse by turn index (turn 1 against later turns shows
     /// whether the server reuses the conversation's KV).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -324,7 +324,7 @@ pub struct RunFacts {
     pub records: Vec<RequestRecord>,
     pub wall_s: f64,
     pub client_cpu_s: f64,
-    pub run_context: crate::context::RunContext,
+    pub run_context: crate::results::context::RunContext,
     /// Workload facts for `limits` (how prompts were made).
     pub notes: Vec<String>,
     pub sessions: Option<SessionCounts>,
@@ -389,7 +389,7 @@ pub fn build(facts: RunFacts) -> BenchResult {
         dispatch_lag_ms: lag,
     };
     let token_summary = token_summary(&sent_records, &done);
-    let mut limits = crate::limits::text(&crate::limits::LimitFacts {
+    let mut limits = crate::results::limits::text(&crate::results::limits::LimitFacts {
         offered: records.len(),
         completed,
         failed,
@@ -451,10 +451,10 @@ pub fn build(facts: RunFacts) -> BenchResult {
         slo_attainment_pct: if records.is_empty() { 0.0 } else { 100.0 * meeting_all as f64 / records.len() as f64 },
         latency,
         tokens: token_summary,
-        structured_outputs: crate::structured::ConstraintSummary::of(
+        structured_outputs: crate::workload::structured::ConstraintSummary::of(
             done.iter().filter_map(|r| Some((r.output_check?, r.finish_reason.as_deref() == Some("length")))),
         ),
-        tool_calls: crate::tools::ToolCallSummary::of(
+        tool_calls: crate::workload::tools::ToolCallSummary::of(
             done.iter().filter_map(|r| Some((r.call_check?, r.round.unwrap_or(1), r.ttft_ms))),
         ),
         speculation: None,

@@ -1,8 +1,8 @@
 //! The result's figures against values worked out by hand from a few records.
 
 use super::*;
-use crate::client::Status;
 use crate::protocol::Protocol;
+use crate::run::client::Status;
 
 /// A request scheduled at `scheduled_ms`, sent `lag_ms` later, that streamed its first token
 /// after `ttft_ms` and ended after `e2e_ms` with `tokens` tokens.
@@ -27,7 +27,7 @@ pub(crate) fn level(rate: f64, ttft_slo_ms: f64, records: Vec<RequestRecord>) ->
         load: LoadDescription {
             mode: LoadMode::Rate,
             requested_rate_rps: Some(rate),
-            arrival: Some(crate::schedule::Arrival::Poisson),
+            arrival: Some(crate::run::schedule::Arrival::Poisson),
             burstiness: Some(1.0),
             concurrency: None,
             max_inflight: None,

@@ -12,11 +12,11 @@ use indicatif::ProgressBar;
 use serde_json::json;
 use tokio::task::JoinSet;
 
-use crate::client::{ms, RequestRecord, Status};
-use crate::conversation::Session;
-use crate::plan::{Amount, LevelPlan, Load};
 use crate::protocol::{PromptSpec, RequestSpec};
-use crate::schedule::arrival_times;
+use crate::run::client::{ms, RequestRecord, Status};
+use crate::run::plan::{Amount, LevelPlan, Load};
+use crate::run::schedule::arrival_times;
+use crate::workload::conversation::Session;
 
 pub struct SessionsOutcome {
     pub records: Vec<RequestRecord>,
