@@ -35,6 +35,11 @@ pub struct EngineConfig {
     /// Speculative decoding: drafts from the sequence's own tokens (prompt lookup),
     /// verified in the batch, fed only where they pay (`speculate`).
     pub speculative: Speculative,
+    /// The running streams' time-per-output-token objective (`--tpot-slo-ms`): a step
+    /// beside generating sequences prefills only as many prompt tokens as keep it within
+    /// this, by the measured step costs (a chunked-prefill budget as in Sarathi-Serve).
+    /// `None`: the whole `prefill_chunk`.
+    pub tpot_slo_ms: Option<u32>,
 }
 
 /// How tokens are drafted for speculative decoding.
@@ -62,6 +67,7 @@ impl EngineConfig {
             max_queue_ms: None,
             chat_template: None,
             speculative: Speculative::default(),
+            tpot_slo_ms: None,
         }
     }
 

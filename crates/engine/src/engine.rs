@@ -84,6 +84,7 @@ impl Engine {
                             host_cache_bytes: config.host_cache_bytes,
                             forecast_prefixes: config.max_queue_ms.is_some(),
                             speculative: config.speculative == crate::config::Speculative::Ngram,
+                            tpot_slo_ms: config.tpot_slo_ms,
                         },
                     );
                     run_supervised(|| scheduler.run(), &queue, &stats);

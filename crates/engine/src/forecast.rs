@@ -96,6 +96,8 @@ pub(crate) struct Forecaster {
     rows: RowCosts,
     /// Costs given, not measured (tests, whose fake steps take no time).
     frozen: bool,
+    /// The TPOT objective (ms) and the prompt tokens it lets the current step prefill.
+    prefill_cap: Option<(f64, usize)>,
 }
 
 /// What a decode-only step costs by how many rows it computes (a row per generating
@@ -178,7 +180,21 @@ impl Forecaster {
             step_tokens,
             rows: RowCosts::default(),
             frozen: false,
+            prefill_cap: None,
         }
+    }
+
+    /// Prompt tokens a step can add beside `decode_rows` generating rows and take at most
+    /// `target_ms`: what the decode part leaves of the target, at the measured cost per
+    /// prompt token.
+    pub fn prefill_within(&self, target_ms: f64, decode_rows: usize) -> usize {
+        let decode_ms = self.rows.price(decode_rows, self.costs.decode_step_ms);
+        ((target_ms - decode_ms) / self.costs.prefill_token_ms.max(1e-3)).max(0.0) as usize
+    }
+
+    /// The TPOT objective's cap on this step's prefill, if one applies.
+    pub fn set_prefill_cap(&mut self, cap: Option<(f64, usize)>) {
+        self.prefill_cap = cap;
     }
 
     /// A decode-only step (no prompt tokens) of `rows` rows, drafts included, took `took_ms`.
@@ -222,7 +238,12 @@ impl Forecaster {
         slots: impl Iterator<Item = Option<SlotLoad>>,
         held_blocks: Option<Arc<HashSet<u64>>>,
     ) {
-        let (costs, expected_completion) = (self.costs, self.expected_completion);
+        let (mut costs, expected_completion) = (self.costs, self.expected_completion);
+        // Under a TPOT cap a prompt gets at most `tokens` per step of `target` ms: it
+        // fills more slowly than the per-token cost alone says.
+        if let Some((target_ms, tokens)) = self.prefill_cap {
+            costs.prefill_token_ms = costs.prefill_token_ms.max(target_ms / tokens.max(1) as f64);
+        }
         forecast.publish(|outlook| {
             if let Some(blocks) = held_blocks {
                 outlook.cached_blocks = blocks;

@@ -31,7 +31,8 @@ pub struct ModelArgs {
     #[arg(long, default_value_t = rillm_engine::DEFAULT_HOST_CACHE_MIB)]
     pub prefix_cache_mib: usize,
     /// A Jinja chat template to use instead of the model's own. One that lists tools and
-    /// writes `<tool_call>` calls itself (Qwen2.5's, Hermes') is given the request's tools.
+    /// writes calls itself (Qwen2.5's, Hermes', Llama 3.1's, Mistral's) is given the
+    /// request's tools.
     #[arg(long, value_name = "FILE")]
     pub chat_template_file: Option<PathBuf>,
     /// Speculative decoding: `ngram` drafts tokens from each sequence's own prompt and
@@ -39,6 +40,11 @@ pub struct ModelArgs {
     /// acceptance and step costs say it pays; `off` decodes one token per step.
     #[arg(long, value_enum, default_value_t = SpeculativeArg::Ngram)]
     pub speculative: SpeculativeArg,
+    /// Time-per-output-token objective of running streams, in ms: a step beside them
+    /// prefills only as many prompt tokens as keep it within this, by the measured step
+    /// costs (at least 64). Off by default: each step takes up to --prefill-chunk tokens.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub tpot_slo_ms: Option<u32>,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +80,7 @@ impl ModelArgs {
             SpeculativeArg::Off => rillm_engine::Speculative::Off,
             SpeculativeArg::Ngram => rillm_engine::Speculative::Ngram,
         };
+        config.tpot_slo_ms = self.tpot_slo_ms;
         if let Some(path) = &self.chat_template_file {
             let source = std::fs::read_to_string(path)
                 .map_err(|e| anyhow::anyhow!("cannot read --chat-template-file {}: {e}", path.display()))?;

@@ -65,26 +65,36 @@ impl StepBatch {
         }
     }
 
+    /// Rows the generating sequences feed this step: each its last token, and any tokens its
+    /// constraint forced or drafts to verify.
+    pub fn generating_rows(slots: &[Option<Sequence>]) -> usize {
+        slots.iter().flatten().map(|s| s.uncached_generated().len() + s.drafts.len()).sum()
+    }
+
     /// Fills the batch for this step.
     ///
     /// Which prompts get prefill budget is decided oldest first, but the batch itself is
     /// laid out in slot order: with one KV stream per sequence, llama.cpp splits a batch
     /// into one ubatch (one pass over the weights) per run of consecutive sequence ids in
     /// batch order, so admission order would cost a pass per out-of-order run.
+    /// `prefill_cap` bounds the prompt tokens beside generating rows (the TPOT objective's
+    /// budget; `usize::MAX` for none).
     pub fn plan<E: Executor>(
         &mut self,
         slots: &mut [Option<Sequence>],
         admission_order: &VecDeque<usize>,
         executor: &mut E,
         stats: &EngineStats,
+        prefill_cap: usize,
     ) {
         self.tokens.clear();
         self.outputs.clear();
         self.prompt_rows.clear();
-        // A generating sequence feeds its last token, and any tokens its constraint forced
-        // or drafts to verify.
-        let generating: usize = slots.iter().flatten().map(|s| s.uncached_generated().len() + s.drafts.len()).sum();
-        let budget = self.step_budget.saturating_sub(generating);
+        let generating = Self::generating_rows(slots);
+        let mut budget = self.step_budget.saturating_sub(generating);
+        if generating > 0 {
+            budget = budget.min(prefill_cap);
+        }
         self.prefill_take.iter_mut().for_each(|n| *n = 0);
         self.prompts_left.clear();
         for &slot in admission_order {

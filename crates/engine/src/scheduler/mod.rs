@@ -53,7 +53,16 @@ pub(crate) struct SchedulerConfig {
     pub forecast_prefixes: bool,
     /// Draft tokens by prompt lookup and verify them in the batch (`speculate`).
     pub speculative: bool,
+    /// Keep steps beside generating sequences within this many milliseconds by their
+    /// prefill (`EngineConfig::tpot_slo_ms`).
+    pub tpot_slo_ms: Option<u32>,
 }
+
+/// Prompt tokens a step prefills at least, whatever the TPOT objective: prompts must
+/// progress, or a full server would never start a waiting request; and llama.cpp's CPU
+/// attention runs fewer than 64 query rows of a sequence one by one over its whole KV
+/// (see `attention_cost`), so smaller chunks cost more per token than they spare.
+const MIN_PREFILL_PER_STEP: usize = 64;
 
 pub(crate) struct Scheduler<E: Executor> {
     executor: E,
@@ -68,6 +77,7 @@ pub(crate) struct Scheduler<E: Executor> {
     forecaster: Forecaster,
     forecast_prefixes: bool,
     speculative: bool,
+    tpot_slo_ms: Option<u32>,
     /// A sequence's tokens, gathered for prompt lookup (a buffer reused across steps).
     history: Vec<rillm_backend::TokenId>,
 }
@@ -87,6 +97,7 @@ impl<E: Executor> Scheduler<E> {
             host_cache_bytes,
             forecast_prefixes,
             speculative,
+            tpot_slo_ms,
         } = config;
         let batch = StepBatch::new(max_running, executor.max_batch_tokens(), step_budget);
         let forecaster = Forecaster::new(batch.step_budget());
@@ -103,6 +114,7 @@ impl<E: Executor> Scheduler<E> {
             forecaster,
             forecast_prefixes: forecast_prefixes && prefix_caching,
             speculative,
+            tpot_slo_ms,
             history: Vec::new(),
         }
     }
@@ -212,7 +224,8 @@ impl<E: Executor> Scheduler<E> {
             let prices = self.forecaster.row_costs();
             speculate::propose_drafts(&mut self.slots, prices, ctx_limit, budget, &mut self.history);
         }
-        self.batch.plan(&mut self.slots, &self.admission_order, &mut self.executor, &self.stats);
+        let prefill_cap = self.prefill_cap();
+        self.batch.plan(&mut self.slots, &self.admission_order, &mut self.executor, &self.stats, prefill_cap);
         let tokens = &self.batch.tokens;
         if tokens.is_empty() {
             return;
@@ -292,6 +305,23 @@ impl<E: Executor> Scheduler<E> {
                 Err(error) => self.release(slot, FinishReason::Error, Some(error)),
             }
         }
+    }
+
+    /// Prompt tokens this step may prefill beside the generating sequences: what keeps the
+    /// step within the TPOT objective at the measured costs (at least
+    /// `MIN_PREFILL_PER_STEP`), or no limit without an objective or anything generating.
+    /// The forecast learns it too: under the cap, prompts fill more slowly.
+    fn prefill_cap(&mut self) -> usize {
+        let rows = StepBatch::generating_rows(&self.slots);
+        let cap = match self.tpot_slo_ms {
+            Some(target) if rows > 0 => {
+                let target = f64::from(target);
+                Some((target, self.forecaster.prefill_within(target, rows).max(MIN_PREFILL_PER_STEP)))
+            }
+            _ => None,
+        };
+        self.forecaster.set_prefill_cap(cap);
+        cap.map_or(usize::MAX, |(_, tokens)| tokens)
     }
 
     fn release(&mut self, slot: usize, reason: FinishReason, error: Option<String>) {

@@ -58,3 +58,28 @@ fn a_hole_left_by_a_finished_request_is_closed_by_moving_the_highest_sequence_do
     assert_eq!(h.step(), [(0, 1), (1, 1), (2, 1)]);
     assert!(h.scheduler.executor.moves.is_empty());
 }
+
+#[test]
+fn a_tpot_objective_caps_the_prefill_beside_generating_sequences_but_not_alone() {
+    // Frozen costs: a 1-row decode step 7 ms, 2.5 ms per further row and per prompt token.
+    let mut h = Harness::configured(4, 256, |c| c.tpot_slo_ms = Some(200));
+    let long = "p".repeat(200);
+    // Nothing generating: a prompt takes the whole budget.
+    let _alone = h.submit(&long);
+    assert_eq!(h.step(), [(0, 200)]);
+    // Beside one generating row, (200 - 7) / 2.5 = 77 prompt tokens keep the step in 200 ms.
+    let _second = h.submit(&long);
+    assert_eq!(h.step(), [(0, 1), (1, 77)]);
+    assert_eq!(h.step(), [(0, 1), (1, 77)]);
+    assert_eq!(h.step(), [(0, 1), (1, 46)]);
+    // Beside two rows, (200 - 9.5) / 2.5 = 76.
+    let _third = h.submit(&long);
+    assert_eq!(h.step(), [(0, 1), (1, 1), (2, 76)]);
+    // An objective the decode part alone nearly fills still lets prompts progress, a whole
+    // attention tile at a time.
+    let mut h = Harness::configured(4, 256, |c| c.tpot_slo_ms = Some(10));
+    let _first = h.submit("a");
+    h.step();
+    let _second = h.submit(&long);
+    assert_eq!(h.step(), [(0, 1), (1, 64)]);
+}

@@ -187,6 +187,7 @@ impl Harness {
             host_cache_bytes: 0,
             forecast_prefixes: false,
             speculative: false,
+            tpot_slo_ms: None,
         };
         adjust(&mut config);
         let mut scheduler = Scheduler::new(executor, Arc::new(ByteTokenizer), Arc::clone(&queue), stats, config);
