@@ -58,6 +58,16 @@ pub struct BenchArgs {
     pub ttft_slo_ms: f64,
     #[arg(long)]
     pub tpot_slo_ms: Option<f64>,
+    /// Objectives calibrated on the target: before the run seven requests, one at a time (a
+    /// warm-up, then prompts of about 40, 150 and 450 tokens twice, 32-token answers), measure its idle TTFT by
+    /// prompt length and its idle TPOT; the SLOs are this many times those (TTFT by each
+    /// request's prompt length). Recorded in the result.
+    #[arg(long, conflicts_with_all = ["ttft_slo_ms", "tpot_slo_ms", "slos_from"])]
+    pub slo_scale: Option<f64>,
+    /// The SLOs of an earlier result file (its first level's, calibrated or not): several
+    /// servers judged by one server's objectives.
+    #[arg(long, value_name = "RESULT", conflicts_with_all = ["ttft_slo_ms", "tpot_slo_ms"])]
+    pub slos_from: Option<PathBuf>,
     #[arg(long)]
     pub e2e_slo_ms: Option<f64>,
     #[arg(long, default_value = "What is a cache?")]

@@ -33,6 +33,7 @@ pub use args::BenchArgs;
 use protocol::{BodyOptions, PromptSpec, RequestSpec};
 use results::context;
 use results::result::{self, BenchResult, LoadDescription, LoadMode, RunFacts, Slos};
+use results::slo::Calibration;
 use run::plan::{Amount, LevelPlan, Load};
 use run::{client, server_metrics, shard, targets};
 use workload::{dataset, tokens, tools, trace, Workload};
@@ -163,7 +164,19 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
         tools,
     };
     let timeout = Duration::from_secs_f64(args.timeout.max(0.001));
-    let slos = Slos { ttft_ms: args.ttft_slo_ms, tpot_ms: args.tpot_slo_ms, e2e_ms: args.e2e_slo_ms };
+    let mut slos = match &args.slos_from {
+        Some(path) => {
+            let earlier = results::compare::load(path, None).map_err(|e| BenchError::Args(e.to_string()))?;
+            let first = earlier
+                .levels
+                .first()
+                .ok_or_else(|| BenchError::Args(format!("--slos-from {}: the file has no levels", path.display())))?;
+            Slos { e2e_ms: args.e2e_slo_ms.or(first.slos.e2e_ms), ..first.slos }
+        }
+        None => {
+            Slos { ttft_ms: args.ttft_slo_ms, tpot_ms: args.tpot_slo_ms, e2e_ms: args.e2e_slo_ms, ..Slos::default() }
+        }
+    };
     let mut run_context = context::RunContext::new(&args, model.as_deref(), &command_line);
     run_context.workload = built.description;
     // With the description, what `bench compare` needs to know two runs sent the same requests.
@@ -180,26 +193,49 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let level_workloads = per_level_workloads(built.workload, args.sessions, loads.len());
 
-    if args.warmup > 0 {
-        // Warm-up uses --prompt, never the measured prompts: it must not fill a prefix cache.
-        let warm = Workload::Requests(vec![RequestSpec::new(PromptSpec::Text(args.prompt.clone()), args.max_tokens)]);
-        let warm = Arc::new(LevelPlan {
+    // Requests sent one at a time before the run: never the measured prompts, which must
+    // not be in a prefix cache when their level sends them.
+    let one_at_a_time = |workload: Workload, count: usize, body: BodyOptions| {
+        Arc::new(LevelPlan {
             targets: Arc::clone(&targets),
             protocol,
             api_key: args.api_key.clone(),
-            workload: Arc::new(warm),
-            body: body.clone(),
+            workload: Arc::new(workload),
+            body,
             load: Load::Concurrency(1),
-            amount: Amount::Requests(args.warmup),
+            amount: Amount::Requests(count),
             max_inflight: None,
             timeout,
             seed: args.seed,
             progress: false,
             first_prompt: 0,
-            level_prompts: 1,
+            level_prompts: count,
             shard: None,
-        });
-        run::run_level(&client, warm).await;
+        })
+    };
+    if args.warmup > 0 {
+        // Warm-up uses --prompt.
+        let warm = Workload::Requests(vec![RequestSpec::new(PromptSpec::Text(args.prompt.clone()), args.max_tokens)]);
+        run::run_level(&client, one_at_a_time(warm, args.warmup, body.clone())).await;
+    }
+    if let Some(scale) = args.slo_scale {
+        let specs = run::calibrate::requests(args.seed);
+        let count = specs.len();
+        // Every answer runs its full length, so each gives a TPOT.
+        let calibration_body = BodyOptions { ignore_eos: true, ..body.clone() };
+        let outcome = run::run_level(&client, one_at_a_time(Workload::Requests(specs), count, calibration_body)).await;
+        let calibration = Calibration::fit(&run::calibrate::measured(&outcome.records), scale).ok_or_else(|| {
+            BenchError::Args(format!(
+                "--slo-scale: calibration needs at least two of its {count} requests to complete with a TTFT and \
+                 a prompt token count (does the server report usage?)"
+            ))
+        })?;
+        slos = calibration.slos(args.e2e_slo_ms);
+        eprintln!(
+            "rillm bench: calibrated SLOs: TTFT {}, TPOT {:.1} ms",
+            slos.ttft_text(),
+            slos.tpot_ms.unwrap_or(0.0)
+        );
     }
     // Shards agree on a start time; each says how late its clock let it begin.
     let late_ms = match args.start_at {

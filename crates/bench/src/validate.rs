@@ -31,6 +31,9 @@ impl BenchArgs {
         if self.concurrency.contains(&0) {
             return Err("--concurrency must be at least 1".into());
         }
+        if self.slo_scale.is_some_and(|s| !(s.is_finite() && s > 0.0)) {
+            return Err("--slo-scale must be positive".into());
+        }
         Ok(())
     }
 
@@ -108,6 +111,7 @@ mod tests {
             ("--shard 0/2 --concurrency 4", "--shard splits an open-loop schedule"),
             ("--shard 0/2 --rate 1,2", "--shard runs one load level"),
             ("--input-scale 0", "--input-scale must be positive"),
+            ("--slo-scale 0", "--slo-scale must be positive"),
             ("--url http://127.0.0.1:1/v1/completions", "every --url must take the same protocol"),
         ] {
             let error = validate(&format!("{url} {rest}")).expect_err(rest);

@@ -230,3 +230,33 @@ async fn several_urls_share_the_load_and_each_gets_its_own_figures() {
     let refused = bench_err(&["--url", &a, "--url", &other, "--requests", "1"]).await;
     assert!(refused.contains("same protocol"), "{refused}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slos_calibrated_on_the_target_scale_its_idle_ttft_line_and_tpot_and_can_be_reused() {
+    // 40 ms to the first token plus 0.2 ms per prompt word, 10 ms between tokens.
+    let mock = Mock::with(rillm_bench::mock::MockConfig {
+        ttft_per_prompt_token: Duration::from_micros(200),
+        ..rillm_bench::mock::MockConfig::new(Duration::from_millis(40), Duration::from_millis(10), 40, 100)
+    });
+    let url = format!("{}/v1/completions", mock.base);
+    let out = std::env::temp_dir().join(format!("rillm-slo-calibration-{}.json", std::process::id()));
+    let out_arg = out.to_str().expect("a UTF-8 path");
+    let args = ["--url", &url, "--rate", "20", "--requests", "6", "--slo-scale", "3", "--output", out_arg];
+    let r = &bench(&args).await[0];
+    let c = r.slos.calibration.expect("calibrated");
+    assert_eq!((c.scale, c.requests), (3.0, 6));
+    support::close(c.idle_ttft_ms, 40.0, 15.0, "idle TTFT's fixed part");
+    assert!((c.idle_ttft_per_prompt_token_ms - 0.2).abs() < 0.05, "{c:?}");
+    support::close(c.idle_tpot_ms, 10.0, 3.0, "idle TPOT");
+    assert!((r.slos.ttft_ms - 3.0 * c.idle_ttft_ms).abs() < 1e-3, "{:?}", r.slos);
+    assert!(r.slos.tpot_ms.is_some_and(|t| (t - 3.0 * c.idle_tpot_ms).abs() < 1e-3), "{:?}", r.slos);
+    assert!(r.limits.contains("SLOs calibrated: 3x"), "{}", r.limits);
+    // An idle-speed target meets objectives three times its idle latency.
+    assert_eq!(r.slo_attainment_pct, 100.0, "{}", r.limits);
+    // Another run judged by the same objectives, without calibrating again.
+    let reused = &bench(&["--url", &url, "--requests", "2", "--slos-from", out_arg]).await[0];
+    assert_eq!(reused.slos, r.slos);
+    let _ = std::fs::remove_file(&out);
+    let refused = bench_err(&["--url", &url, "--slo-scale", "0"]).await;
+    assert!(refused.contains("--slo-scale must be positive"), "{refused}");
+}

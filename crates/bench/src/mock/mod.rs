@@ -29,6 +29,8 @@ pub use framing::Framing;
 #[derive(Debug, Clone, Copy)]
 pub struct MockConfig {
     pub ttft: Duration,
+    /// Added to `ttft` per prompt word, as a prefill would (zero unless set).
+    pub ttft_per_prompt_token: Duration,
     pub itl: Duration,
     pub tokens: u32,
     pub capacity: usize,
@@ -38,7 +40,15 @@ pub struct MockConfig {
 
 impl MockConfig {
     pub fn new(ttft: Duration, itl: Duration, tokens: u32, capacity: usize) -> Self {
-        Self { ttft, itl, tokens, capacity, framing: Framing::default(), fault: None }
+        Self {
+            ttft,
+            ttft_per_prompt_token: Duration::ZERO,
+            itl,
+            tokens,
+            capacity,
+            framing: Framing::default(),
+            fault: None,
+        }
     }
 }
 
@@ -126,7 +136,7 @@ async fn stream(State(state): State<MockState>, body: Option<Json<Value>>, flavo
             return Some((framing::finish(flavor, tokens, prompt_tokens, include_usage), (i + 1, permit)));
         }
         // Scheduled from the request's arrival, so delays never accumulate.
-        tokio::time::sleep_until(received + cfg.ttft + cfg.itl * i).await;
+        tokio::time::sleep_until(received + cfg.ttft + cfg.ttft_per_prompt_token * prompt_tokens + cfg.itl * i).await;
         Some((vec![framing::token(flavor, i, tokens)], (i + 1, permit)))
     });
     let events =

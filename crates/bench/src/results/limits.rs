@@ -27,13 +27,20 @@ pub(crate) struct LimitFacts<'a> {
 pub(crate) fn text(f: &LimitFacts) -> String {
     let slos = f.slos;
     let mut notes = vec![format!(
-        "Protocol {:?}. Goodput counts completed requests meeting every SLO given (TTFT ≤ {} ms{}{}){}; ttft_goodput_rps uses TTFT alone.",
+        "Protocol {:?}. Goodput counts completed requests meeting every SLO given (TTFT ≤ {}{}{}){}; ttft_goodput_rps uses TTFT alone.",
         f.protocol,
-        slos.ttft_ms,
-        slos.tpot_ms.map_or(String::new(), |t| format!(", TPOT ≤ {t} ms")),
+        slos.ttft_text(),
+        slos.tpot_ms.map_or(String::new(), |t| format!(", TPOT ≤ {t:.1} ms")),
         slos.e2e_ms.map_or(String::new(), |t| format!(", e2e ≤ {t} ms")),
         if f.open_loop { ", timed from each request's scheduled send (goodput_from_send_rps: from the actual send)" } else { "" },
     )];
+    if let Some(c) = slos.calibration {
+        notes.push(format!(
+            "SLOs calibrated: {}x the target's idle TTFT ({:.0} ms + {:.2} ms per prompt token) and TPOT ({:.1} ms), \
+             measured over {} requests sent one at a time before the run.",
+            c.scale, c.idle_ttft_ms, c.idle_ttft_per_prompt_token_ms, c.idle_tpot_ms, c.requests
+        ));
+    }
     notes.push("SSE events are not necessarily model tokens: event_gaps_ms are gaps between content events.".into());
     if !f.have_tokens {
         notes.push(

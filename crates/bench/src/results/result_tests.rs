@@ -32,7 +32,7 @@ pub(crate) fn level(rate: f64, ttft_slo_ms: f64, records: Vec<RequestRecord>) ->
             concurrency: None,
             max_inflight: None,
         },
-        slos: Slos { ttft_ms: ttft_slo_ms, tpot_ms: None, e2e_ms: None },
+        slos: Slos { ttft_ms: ttft_slo_ms, ..Slos::default() },
         records,
         wall_s: 2.0,
         client_cpu_s: 0.1,

@@ -6,6 +6,7 @@
 //! timing, pacing, sessions, shards and endpoints, and the server's own metrics read around
 //! a run.
 
+pub mod calibrate;
 pub mod client;
 pub mod plan;
 pub mod schedule;
