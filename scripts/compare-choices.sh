@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# `n` choices and prompt scoring (docs/benchmarks.md), each run on a fresh server:
-#  - n=4 at temperature 1, ~300-token prompts, 64-token answers: time until all four are
-#    done with one n=4 request to rillm, four concurrent requests to rillm, and four to
-#    llama-server (which takes only n=1); rillm's prompt tokens computed for each;
-#  - prompt scoring (echo, max_tokens 0, logprobs 1), ~500-token prompts, 8 concurrent:
-#    prompt tokens/s against rillm's plain prefill (max_tokens 1) of the same prompts.
-# Every trial has its own prompt, so no prefix cache helps.
+# `n` choices and prompt scoring (docs/benchmarks.md), each run on a fresh server, every
+# figure computed by `rillm bench` and compared by `rillm bench compare`:
+#  - n=4 at temperature 1, 300-token prompts, 64-token answers (ignore_eos): one request
+#    with `n: 4` to rillm, against each prompt sent as four concurrent requests
+#    (`--prompt-repeats 4 --concurrency 4`) to rillm and to llama-server (which takes only
+#    n=1). A request's E2E is the time until its answers are all in (for the four
+#    concurrent ones, which run in step, about the same for each);
+#  - prompt scoring (echo, max_tokens 0, logprobs 1, as lm-evaluation-harness sends it),
+#    500-token prompts, 8 concurrent: prompt tok/s against rillm's plain prefill
+#    (max_tokens 1) of the same prompts.
+# Every trial has its own prompt, so no prefix cache helps across trials.
 #
 #   LLAMA_SERVER=/path/to/llama-server scripts/compare-choices.sh [OUT_DIR]
 # PARTS="choices score" (the default) or either one alone.
@@ -18,49 +22,38 @@ PARTS=${PARTS:-choices score}
 . scripts/compare-common.sh
 mkdir -p "$OUT"
 URL="http://127.0.0.1:$PORT/v1/completions"
-client() { python3 scripts/choices-client.py "$@" --url "$URL"; }
-computed() { curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^rillm_prompt_tokens_computed_total/ {print $2}'; }
-
-start_rillm "$OUT/rillm-prompts.log"
-client prompts "$OUT/p300.jsonl" --tokens 300 --count "$TRIALS"
-client prompts "$OUT/p500.jsonl" --tokens 500 --count 48
-stop_server
-
 part() { [[ " $PARTS " == *" $1 "* ]]; }
+bench() { # name, then bench flags
+  local name=$1; shift
+  "$BENCH" bench --url "$URL" --seed 1 "$@" --output "$OUT/$name.json" > "$OUT/$name.txt"
+}
+answers=(--input-tokens 300 --output-tokens 64 --ignore-eos --temperature 1)
 
 if part choices; then
-for mode in n separate; do
-  start_rillm "$OUT/rillm-$mode.log"
-  client n4 "$OUT/p300.jsonl" --mode "$mode" --trials "$TRIALS" > "$OUT/rillm-$mode.json"
-  echo "{\"prompt_tokens_computed\": $(computed)}" > "$OUT/rillm-$mode-computed.json"
+  start_rillm "$OUT/rillm-n.log"
+  bench rillm-n "${answers[@]}" --extra-body '{"n": 4}' --concurrency 1 --requests "$TRIALS"
   stop_server
-done
-start_llama "$OUT/llama-separate.log"
-client n4 "$OUT/p300.jsonl" --mode separate --trials "$TRIALS" > "$OUT/llama-separate.json"
-stop_server
+  start_rillm "$OUT/rillm-separate.log"
+  bench rillm-separate "${answers[@]}" --prompt-repeats 4 --concurrency 4 --requests $((4 * TRIALS))
+  stop_server
+  start_llama "$OUT/llama-separate.log"
+  bench llama-separate "${answers[@]}" --prompt-repeats 4 --concurrency 4 --requests $((4 * TRIALS))
+  stop_server
+  echo "### n=4 in one request vs four requests (E2E: until the answers are in)"
+  # The request shapes differ on purpose (n=4 against four copies): --force.
+  "$BENCH" bench compare "$OUT/rillm-n.json" "$OUT/rillm-separate.json" "$OUT/llama-separate.json" \
+    --label "rillm n=4" --label "rillm 4 requests" --label "llama-server 4 requests" --force --format "${FORMAT:-text}"
 fi
 
 if part score; then
-for mode in echo plain; do
-  start_rillm "$OUT/rillm-score-$mode.log"
-  client score "$OUT/p500.jsonl" --mode "$mode" --concurrency 8 > "$OUT/rillm-score-$mode.json"
+  scoring=(--input-tokens 500 --concurrency 8 --requests 48 --temperature 0)
+  start_rillm "$OUT/rillm-score-plain.log"
+  bench rillm-score-plain "${scoring[@]}" --max-tokens 1
   stop_server
-done
+  start_rillm "$OUT/rillm-score-echo.log"
+  bench rillm-score-echo "${scoring[@]}" --max-tokens 0 --extra-body '{"echo": true, "logprobs": 1}'
+  stop_server
+  echo "### prompt scoring (echo) vs plain prefill: prompt tok/s"
+  "$BENCH" bench compare "$OUT/rillm-score-plain.json" "$OUT/rillm-score-echo.json" \
+    --label "plain prefill" --label "scoring (echo)" --force --format "${FORMAT:-text}"
 fi
-
-python3 - "$OUT" <<'PY'
-import json, pathlib, sys
-out = pathlib.Path(sys.argv[1])
-read = lambda name: json.loads((out / f"{name}.json").read_text())
-n, sep, llama = read("rillm-n"), read("rillm-separate"), read("llama-separate")
-cn, cs = read("rillm-n-computed")["prompt_tokens_computed"], read("rillm-separate-computed")["prompt_tokens_computed"]
-echo, plain = read("rillm-score-echo"), read("rillm-score-plain")
-print(f"n=4, {n['trials']} trials, median time until all four answers are done:")
-print(f"  rillm n=4            {n['median_s']:.2f} s")
-print(f"  rillm 4 requests     {sep['median_s']:.2f} s   n=4 / separate = {n['median_s'] / sep['median_s']:.2f}x")
-print(f"  llama-server 4 req.  {llama['median_s']:.2f} s   rillm n=4 / llama-server = {n['median_s'] / llama['median_s']:.2f}x")
-print(f"  prompt tokens computed: n=4 {cn:.0f}, separate {cs:.0f}: {cn / cs:.2f}x")
-print("prompt scoring, 8 concurrent, 48 prompts:")
-print(f"  echo  {echo['prompt_tokens_per_s']:.0f} prompt tok/s   plain prefill {plain['prompt_tokens_per_s']:.0f} tok/s"
-      f"   echo / plain = {echo['prompt_tokens_per_s'] / plain['prompt_tokens_per_s']:.2f}x")
-PY

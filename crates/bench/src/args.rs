@@ -121,6 +121,11 @@ pub struct BenchArgs {
     /// recur (retries, popular questions) as they do in production.
     #[arg(long)]
     pub distinct_prompts: Option<usize>,
+    /// Each prompt is sent K times in a row (with --concurrency K, K copies at once): one
+    /// prompt sampled K times by separate requests, beside one request asking for `n: K`
+    /// (--extra-body '{"n": K}').
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub prompt_repeats: u32,
     /// A shared system prompt of N tokens before each synthetic prompt.
     #[arg(long)]
     pub shared_prefix_tokens: Option<u32>,

@@ -131,7 +131,8 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
         _ => Amount::Requests(DEFAULT_REQUESTS),
     };
     // One pool holds every level's prompts, each level its own share of it.
-    let per_level = pool_size(&args, amount);
+    // Prompts sent several times in a row need a pool that much smaller.
+    let per_level = pool_size(&args, amount).div_ceil(args.prompt_repeats as usize).max(1);
     let loads = levels(&args);
     let pool = per_level.saturating_mul(loads.len()).min(MAX_POOL);
     // With --distinct-prompts a level's share is its N prompts, sent in turn.
@@ -189,6 +190,9 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
             (_, Amount::Duration(d)) => json!({ "duration_s": d.as_secs_f64() }),
         };
         workload.insert("per_level".into(), per_level);
+        if args.prompt_repeats > 1 {
+            workload.insert("prompt_repeats".into(), json!(args.prompt_repeats));
+        }
     }
     let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let level_workloads = per_level_workloads(built.workload, args.sessions, loads.len());
@@ -210,6 +214,7 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
             progress: false,
             first_prompt: 0,
             level_prompts: count,
+            prompt_repeats: 1,
             shard: None,
         })
     };
@@ -262,6 +267,7 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
             progress,
             first_prompt: level * level_prompts,
             level_prompts,
+            prompt_repeats: args.prompt_repeats as usize,
             shard: args.shard,
         });
         let mut level_context = run_context.clone();
@@ -295,6 +301,10 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
                 cut_short: outcome.sessions_cut,
                 turns_not_sent: outcome.turns_not_sent,
             }),
+            answers: result::AnswersPerPrompt {
+                requests: args.prompt_repeats as usize,
+                choices: args.extra_body.as_ref().and_then(|b| b["n"].as_u64()).map_or(1, |n| n.max(1) as usize),
+            },
         });
         result.speculation = server_metrics::SpeculationSummary::between(spec_before, spec_after);
         results.push(result);

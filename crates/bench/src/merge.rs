@@ -141,6 +141,8 @@ pub fn merge(runs: Vec<Run>) -> Result<BenchResult, MergeError> {
             cut_short: levels.clone().filter_map(|l| l.sessions).map(|s| s.cut_short).sum(),
             turns_not_sent: levels.clone().filter_map(|l| l.sessions).map(|s| s.turns_not_sent).sum(),
         }),
+        // A prompt's repeats may fall to different shards: no whole groups to time.
+        answers: result::AnswersPerPrompt::default(),
     });
     merged.client.cpu_s = cpu_s;
     Ok(merged)

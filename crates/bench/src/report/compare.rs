@@ -53,6 +53,7 @@ const METRICS: &[Metric] = &[
     Metric { name: "SLO attainment %", better: Better::Higher, digits: 1, get: |r| Some(r.slo_attainment_pct) },
     Metric { name: "throughput req/s", better: Better::Higher, digits: 3, get: |r| Some(r.throughput_rps) },
     Metric { name: "output tok/s", better: Better::Higher, digits: 1, get: |r| r.output_tokens_per_s },
+    Metric { name: "prompt tok/s", better: Better::Higher, digits: 1, get: |r| r.prompt_tokens_per_s },
     Metric { name: "TTFT p50 ms", better: Better::Lower, digits: 1, get: |r| r.latency.ttft_ms.map(|d| d.p50) },
     Metric { name: "TTFT p90 ms", better: Better::Lower, digits: 1, get: |r| r.latency.ttft_ms.map(|d| d.p90) },
     Metric { name: "TTFT p99 ms", better: Better::Lower, digits: 1, get: |r| r.latency.ttft_ms.map(|d| d.p99) },
@@ -60,6 +61,12 @@ const METRICS: &[Metric] = &[
     Metric { name: "TPOT p90 ms", better: Better::Lower, digits: 2, get: |r| r.latency.tpot_ms.map(|d| d.p90) },
     Metric { name: "ITL p99 ms", better: Better::Lower, digits: 2, get: |r| r.latency.itl_ms.map(|d| d.p99) },
     Metric { name: "E2E p50 ms", better: Better::Lower, digits: 1, get: |r| r.latency.e2e_ms.map(|d| d.p50) },
+    Metric {
+        name: "all answers in p50 ms",
+        better: Better::Lower,
+        digits: 1,
+        get: |r| r.latency.all_answers_ms.map(|d| d.p50),
+    },
     Metric { name: "E2E p99 ms", better: Better::Lower, digits: 1, get: |r| r.latency.e2e_ms.map(|d| d.p99) },
     Metric { name: "prefix-cache hit %", better: Better::Higher, digits: 1, get: |r| r.tokens.prefix_cache_hit_pct },
     Metric {

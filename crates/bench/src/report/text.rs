@@ -32,11 +32,12 @@ pub fn summary(levels: &[BenchResult]) -> String {
         );
         let _ = writeln!(
             out,
-            "  duration {:.2} s  achieved {:.2} req/s  throughput {:.2} req/s  output {} tok/s",
+            "  duration {:.2} s  achieved {:.2} req/s  throughput {:.2} req/s  output {} tok/s  prompt {} tok/s",
             r.duration_s,
             r.achieved_rate_rps,
             r.throughput_rps,
-            r.output_tokens_per_s.map_or("n/a".into(), |t| format!("{t:.1}"))
+            r.output_tokens_per_s.map_or("n/a".into(), |t| format!("{t:.1}")),
+            r.prompt_tokens_per_s.map_or("n/a".into(), |t| format!("{t:.1}"))
         );
         let _ = writeln!(
             out,

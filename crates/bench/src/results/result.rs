@@ -191,6 +191,11 @@ pub struct Latencies {
     pub e2e_ms: Option<Distribution>,
     pub e2e_from_schedule_ms: Option<Distribution>,
     pub dispatch_lag_ms: Option<Distribution>,
+    /// Runs that want several answers to each prompt (`n` in the body, or the prompt sent
+    /// several times with `--prompt-repeats`): from a prompt's first send until its last
+    /// answer is in. What a client sampling K answers waits for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub all_answers_ms: Option<Distribution>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -279,6 +284,10 @@ pub struct BenchResult {
     pub achieved_rate_rps: f64,
     pub throughput_rps: f64,
     pub output_tokens_per_s: Option<f64>,
+    /// Prompt tokens of completed requests per second (the server's usage): what a
+    /// scoring or prefill-bound workload is measured by.
+    #[serde(default)]
+    pub prompt_tokens_per_s: Option<f64>,
     pub slos: Slos,
     /// Completed requests per second meeting every SLO given; open loop counts TTFT and
     /// e2e from the scheduled send.
@@ -328,6 +337,41 @@ pub struct RunFacts {
     /// Workload facts for `limits` (how prompts were made).
     pub notes: Vec<String>,
     pub sessions: Option<SessionCounts>,
+    /// Answers wanted per prompt: requests per prompt (`--prompt-repeats`) and choices per
+    /// request (`n`); the requests of one prompt are consecutive indices.
+    pub answers: AnswersPerPrompt,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnswersPerPrompt {
+    pub requests: usize,
+    pub choices: usize,
+}
+
+impl Default for AnswersPerPrompt {
+    fn default() -> Self {
+        Self { requests: 1, choices: 1 }
+    }
+}
+
+/// Per prompt whose requests all completed: from the first send to the last end.
+fn all_answers(records: &[RequestRecord], answers: AnswersPerPrompt) -> Option<Distribution> {
+    if answers.requests * answers.choices <= 1 {
+        return None;
+    }
+    let mut groups: std::collections::BTreeMap<usize, Vec<&RequestRecord>> = Default::default();
+    for r in records {
+        groups.entry(r.index / answers.requests.max(1)).or_default().push(r);
+    }
+    Distribution::of(
+        groups.values().filter(|g| g.len() == answers.requests && g.iter().all(|r| r.status == Status::Completed)).map(
+            |g| {
+                let first = g.iter().map(|r| r.sent_ms).fold(f64::MAX, f64::min);
+                let last = g.iter().map(|r| r.sent_ms + r.e2e_ms).fold(f64::MIN, f64::max);
+                last - first
+            },
+        ),
+    )
 }
 
 /// Dispatch lag p99 above this, or client CPU above this many cores, means the client may
@@ -364,6 +408,9 @@ pub fn build(facts: RunFacts) -> BenchResult {
     };
     let known_tokens: Vec<u32> = done.iter().filter_map(|r| r.tokens()).collect();
     let tokens: Option<u64> = (!known_tokens.is_empty()).then(|| known_tokens.iter().map(|&t| u64::from(t)).sum());
+    let known_prompts: Vec<u32> = done.iter().filter_map(|r| r.prompt_tokens).collect();
+    let prompt_tokens: Option<u64> =
+        (!known_prompts.is_empty()).then(|| known_prompts.iter().map(|&t| u64::from(t)).sum());
     let lag = Distribution::of(sent_records.iter().map(|r| r.dispatch_lag_ms()));
     let lag_p99 = lag.map_or(0.0, |d| d.p99);
     let cpu_cores_used = if facts.wall_s > 0.0 { facts.client_cpu_s / facts.wall_s } else { 0.0 };
@@ -387,6 +434,7 @@ pub fn build(facts: RunFacts) -> BenchResult {
         e2e_ms: Distribution::of(done.iter().map(|r| r.e2e_ms)),
         e2e_from_schedule_ms: Distribution::of(done.iter().map(|r| r.e2e_ms + r.dispatch_lag_ms())),
         dispatch_lag_ms: lag,
+        all_answers_ms: all_answers(records, facts.answers),
     };
     let token_summary = token_summary(&sent_records, &done);
     let mut limits = crate::results::limits::text(&crate::results::limits::LimitFacts {
@@ -445,6 +493,7 @@ pub fn build(facts: RunFacts) -> BenchResult {
         achieved_rate_rps,
         throughput_rps: per_s(completed),
         output_tokens_per_s: tokens.map(|t| if duration_s > 0.0 { t as f64 / duration_s } else { 0.0 }),
+        prompt_tokens_per_s: prompt_tokens.map(|t| if duration_s > 0.0 { t as f64 / duration_s } else { 0.0 }),
         slos: facts.slos,
         goodput_rps: per_s(meeting_all),
         goodput_from_send_rps: per_s(meeting_all_from_send),

@@ -39,6 +39,7 @@ pub(crate) fn level(rate: f64, ttft_slo_ms: f64, records: Vec<RequestRecord>) ->
         run_context: Default::default(),
         notes: Vec::new(),
         sessions: None,
+        answers: AnswersPerPrompt::default(),
     })
 }
 
@@ -67,4 +68,25 @@ fn goodput_attainment_throughput_and_percentiles_match_a_hand_count() {
     assert_eq!(from_schedule.p50, 220.0);
     // A TTFT goodput counts the same two requests.
     assert!((r.ttft_goodput_rps - r.goodput_rps).abs() < 1e-12);
+}
+
+#[test]
+fn all_answers_to_a_prompt_are_timed_from_its_first_send_to_its_last_end() {
+    let mut records = vec![
+        completed(0.0, 0.0, 50.0, 100.0, 10),
+        completed(0.0, 10.0, 50.0, 200.0, 10), // sent at 10, ends at 210
+        completed(300.0, 0.0, 20.0, 50.0, 10),
+        completed(300.0, 0.0, 20.0, 80.0, 10),
+        completed(600.0, 0.0, 20.0, 80.0, 10),
+    ];
+    for (i, r) in records.iter_mut().enumerate() {
+        r.index = i;
+    }
+    let two_each = AnswersPerPrompt { requests: 2, choices: 1 };
+    let d = all_answers(&records, two_each).expect("timed");
+    assert_eq!((d.count, d.min, d.max), (2, 80.0, 210.0), "the fifth prompt's second request never went out");
+    // One request with n choices: its own E2E.
+    let d = all_answers(&records, AnswersPerPrompt { requests: 1, choices: 4 }).expect("timed");
+    assert_eq!((d.count, d.max), (5, 210.0 - 10.0));
+    assert_eq!(all_answers(&records, AnswersPerPrompt::default()), None, "one answer a prompt: E2E says it");
 }

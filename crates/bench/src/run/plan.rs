@@ -46,6 +46,8 @@ pub struct LevelPlan {
     /// How many prompts the level's share holds; the level cycles through them, so
     /// recurring prompts recur within their level.
     pub level_prompts: usize,
+    /// Each prompt goes out this many times in a row (`--prompt-repeats`).
+    pub prompt_repeats: usize,
     /// Send only this shard's arrivals of the schedule (indices stay the full run's).
     pub shard: Option<crate::run::shard::Shard>,
 }
@@ -54,7 +56,10 @@ impl LevelPlan {
     /// The `i`-th independent request: cycled prompts, or the trace's `i`-th.
     pub fn spec(&self, i: usize) -> &RequestSpec {
         match &*self.workload {
-            Workload::Requests(specs) => &specs[(self.first_prompt + i % self.level_prompts.max(1)) % specs.len()],
+            Workload::Requests(specs) => {
+                let prompt = (i / self.prompt_repeats.max(1)) % self.level_prompts.max(1);
+                &specs[(self.first_prompt + prompt) % specs.len()]
+            }
             Workload::Trace(requests) => &requests[i].spec,
             Workload::Sessions(_) => unreachable!("sessions are driven by session::run"),
         }
