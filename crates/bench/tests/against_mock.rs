@@ -260,3 +260,24 @@ async fn slos_calibrated_on_the_target_scale_its_idle_ttft_line_and_tpot_and_can
     let refused = bench_err(&["--url", &url, "--slo-scale", "0"]).await;
     assert!(refused.contains("--slo-scale must be positive"), "{refused}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_repeated_goes_out_that_many_times_in_a_row_and_its_answers_are_timed_together() {
+    let mock = Mock::start(30, 5, 8, 100);
+    let url = format!("{}/v1/completions", mock.base);
+    let args =
+        ["--url", &url, "--input-tokens", "40,15", "--prompt-repeats", "3", "--concurrency", "3", "--requests", "9"];
+    let r = &bench(&args).await[0];
+    let mut records: Vec<&_> = r.requests.iter().collect();
+    records.sort_by_key(|q| q.index);
+    let lengths: Vec<Option<u32>> = records.iter().map(|q| q.prompt_tokens).collect();
+    for group in lengths.chunks(3) {
+        assert!(group.iter().all(|l| *l == group[0]), "one prompt per three requests: {lengths:?}");
+    }
+    assert_ne!(lengths[0], lengths[3], "the next prompt differs: {lengths:?}");
+    let all = r.latency.all_answers_ms.expect("three answers a prompt are timed together");
+    assert_eq!(all.count, 3);
+    // Three at once, each ~30 ms + 7 x 5 ms: the group takes about one request's time.
+    assert!(all.p50 < 200.0, "{all:?}");
+    assert_eq!(r.run_context.workload["prompt_repeats"], 3);
+}
