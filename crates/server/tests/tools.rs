@@ -141,6 +141,15 @@ async fn streamed(server: &TestServer, body: &Value) -> (String, Vec<(String, St
     (content, calls, finish)
 }
 
+/// Calls of a streamed reply that were finished: all, unless `max_tokens` cut the last.
+fn whole_calls<T>(calls: &[T], finish: &Value) -> usize {
+    if finish == "length" {
+        calls.len().saturating_sub(1)
+    } else {
+        calls.len()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamed_calls_reassemble_and_auto_replies_never_leak_markup() {
     let server = TestServer::start(opts()).await;
@@ -150,7 +159,9 @@ async fn streamed_calls_reassemble_and_auto_replies_never_leak_markup() {
             let (content, calls, finish) = streamed(&server, &body).await;
             // A call's markup never reaches the content (text that merely starts like it may).
             assert!(!content.contains("<tool_call>") && !content.contains("</tool_call>"), "{body}: {content:?}");
-            for (_, name, arguments) in &calls {
+            // A call `max_tokens` cut short (at temperature 1 the model may ramble inside a
+            // string) streamed its fragments as they came; every whole call must be valid.
+            for (_, name, arguments) in &calls[..whole_calls(&calls, &finish)] {
                 check_call(name, arguments, &["get_weather", "add", "search_flights"]);
             }
             let expected = if calls.is_empty() { "stop" } else { "tool_calls" };
@@ -323,9 +334,11 @@ async fn each_tool_call_format_is_asked_for_constrained_and_read_back() {
         for choice in ["required", "auto"] {
             let body =
                 chat("What's the weather in Paris?", json!({"tool_choice": choice, "temperature": 0, "stream": true}));
-            let (content, calls, _) = streamed(&server, &body).await;
+            let (content, calls, finish) = streamed(&server, &body).await;
             assert!(!content.contains(trigger), "no markup in the content: {content:?}");
-            calls.iter().for_each(|(_, name, arguments)| check_call(name, arguments, &all));
+            for (_, name, arguments) in &calls[..whole_calls(&calls, &finish)] {
+                check_call(name, arguments, &all);
+            }
             assert!(choice == "auto" || !calls.is_empty(), "{body}");
         }
 
