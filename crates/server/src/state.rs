@@ -71,10 +71,7 @@ impl AppState {
     /// the one the chat template writes, else Hermes (see `tools::prompt`).
     pub fn tool_dialect(&self) -> ToolDialect {
         let template = self.backend().and_then(|b| b.chat_template_tools());
-        ToolDialect {
-            format: self.config.tool_call_parser.or(template).unwrap_or_default(),
-            template_writes_tools: template.is_some(),
-        }
+        ToolDialect { format: self.config.tool_call_parser.or(template).unwrap_or_default(), template }
     }
 
     /// The backend if new work may start now, else the 503 to send.

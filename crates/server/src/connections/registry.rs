@@ -193,9 +193,9 @@ mod tests {
         let third = registry.admit().expect("room is made");
         assert_eq!(third.admission, Admission::Evicted);
         // The oldest was asked to close; its place is already counted as free.
-        let asked = tokio_test_now(oldest.connection.close_requested());
+        let asked = ready_now(oldest.connection.close_requested());
         assert!(asked, "the longest-idle connection was asked to close");
-        assert!(!tokio_test_now(newer.connection.close_requested()), "the other one was not");
+        assert!(!ready_now(newer.connection.close_requested()), "the other one was not");
 
         // Both regular places busy: the reserve, then nothing.
         let _a = newer.connection.request_started();
@@ -214,7 +214,7 @@ mod tests {
     }
 
     /// Whether `future` is ready at once.
-    fn tokio_test_now(future: impl std::future::Future<Output = ()>) -> bool {
+    fn ready_now(future: impl std::future::Future<Output = ()>) -> bool {
         let waker = std::task::Waker::noop();
         let mut cx = std::task::Context::from_waker(waker);
         let mut future = std::pin::pin!(future);

@@ -18,7 +18,9 @@ use crate::openai::{
 use crate::sse::{json_event, CollectedChoice, StreamFormat};
 use crate::state::AppState;
 use crate::structured::{constrain, refuse_unknown_fields, ConstraintFields};
-use crate::tools::{self, HistoryCall, HistoryMessage, ToolCallParser, ToolChoice, ToolEvent, ToolRequest};
+use crate::tools::{
+    self, HistoryCall, HistoryMessage, ToolCallParser, ToolChoice, ToolDialect, ToolEvent, ToolRequest,
+};
 
 #[derive(Debug, Deserialize)]
 pub struct ChatBody {
@@ -80,11 +82,11 @@ const ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool"];
 
 /// The chat prompt, tools offered when given; each refusal names the message and field.
 pub(crate) fn render(
-    state: &AppState,
     input: Vec<MessageInput>,
     tools: Option<&ToolRequest>,
+    dialect: ToolDialect,
 ) -> Result<Prompt, ApiError> {
-    tools::render_prompt(history(input)?, tools, state.tool_dialect())
+    tools::render_prompt(history(input)?, tools, dialect)
 }
 
 /// The messages as sent, tool calls and results included.
@@ -156,8 +158,9 @@ pub async fn chat_completions(
     if let (Some(c), Some(_)) = (&constraint, tools.as_ref().filter(|t| t.choice != ToolChoice::None)) {
         return Err(ApiError::invalid(c.param.clone(), "an output constraint and `tools` cannot both shape the reply"));
     }
-    let prompt = render(&state, body.messages, tools.as_ref())?;
-    let format = state.tool_dialect().format;
+    let dialect = state.tool_dialect();
+    let prompt = render(body.messages, tools.as_ref(), dialect)?;
+    let format = dialect.format;
     let (max_tokens, max_tokens_param) = match (body.max_completion_tokens, body.max_tokens) {
         (Some(n), _) => (Some(n), "max_completion_tokens"),
         (None, n) => (n, "max_tokens"),

@@ -70,10 +70,11 @@ pub async fn generate(
         (n, _) => (n, "max_tokens"),
     };
     let tools = ToolRequest::from_fields(body.tools, body.tool_choice, body.parallel_tool_calls)?;
+    let dialect = state.tool_dialect();
     let prompt = match body.messages {
-        Some(messages) => crate::routes::chat::render(&state, messages, tools.as_ref())?,
+        Some(messages) => crate::routes::chat::render(messages, tools.as_ref(), dialect)?,
         None if tools.is_some() => {
-            tools::render_prompt(vec![tools::HistoryMessage::user(body.prompt)], tools.as_ref(), state.tool_dialect())?
+            tools::render_prompt(vec![tools::HistoryMessage::user(body.prompt)], tools.as_ref(), dialect)?
         }
         None if body.chat => Prompt::chat(vec![ChatMessage::new("user", body.prompt)]),
         None => Prompt::Text(body.prompt),
@@ -104,12 +105,11 @@ pub async fn generate(
     };
     let mut fields = constrain(&mut request, constraint, "prompt");
     if let Some(tools) = &tools {
-        request.constraint = Some(tools::constraint(tools, state.tool_dialect().format));
+        request.constraint = Some(tools::constraint(tools, dialect.format));
         fields.constraint = Some("tools".into());
     }
     let admitted = admit(&state, "generate", fields, request, received).await?;
-    let format = state.tool_dialect().format;
-    let calls = tools.is_some().then(|| ToolCallParser::new(format!("call_{}_", admitted.stream.id()), format));
+    let calls = tools.is_some().then(|| ToolCallParser::new(format!("call_{}_", admitted.stream.id()), dialect.format));
     Ok(sse_response(admitted, GenerateFormat { calls }))
 }
 

@@ -51,7 +51,7 @@ pub async fn tokenize(
         (Some(text), None) => (Prompt::Text(text), "prompt"),
         (None, Some(input)) => {
             let tools = crate::tools::ToolRequest::from_fields(body.tools, None, None)?;
-            (render(&state, input, tools.as_ref())?, "messages")
+            (render(input, tools.as_ref(), state.tool_dialect())?, "messages")
         }
         (Some(_), Some(_)) => return Err(ApiError::invalid("messages", "give `prompt` or `messages`, not both")),
         (None, None) => return Err(ApiError::invalid("prompt", "`prompt` or `messages` is required")),

@@ -28,8 +28,9 @@ use crate::error::ApiError;
 pub struct ToolDialect {
     /// The format calls are asked for, constrained to and read back in.
     pub format: ToolCallFormat,
-    /// The chat template lists tools and writes earlier calls itself.
-    pub template_writes_tools: bool,
+    /// The format the chat template writes calls in, when it lists tools and writes
+    /// earlier calls itself (it may differ from `format` under `--tool-call-parser`).
+    pub template: Option<ToolCallFormat>,
 }
 
 /// One function the model may call.

@@ -278,18 +278,14 @@ impl ToolCallParser {
         if !separator.is_empty() && body.starts_with(separator) {
             self.pending.drain(..skipped + separator.len());
             self.mode = Mode::Header;
-        } else if !block_close.is_empty() && body.starts_with(block_close) {
-            self.pending.drain(..skipped + block_close.len());
-            self.back_to_content();
-        } else {
-            self.back_to_content();
+            return true;
         }
-        true
-    }
-
-    fn back_to_content(&mut self) {
+        if !block_close.is_empty() && body.starts_with(block_close) {
+            self.pending.drain(..skipped + block_close.len());
+        }
         self.mode = Mode::Content;
         self.after_call = true;
+        true
     }
 
     fn arguments(&mut self, index: u32, fragment: String, events: &mut Vec<ToolEvent>) {

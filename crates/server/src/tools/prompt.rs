@@ -70,8 +70,8 @@ pub fn render_prompt(
 ) -> Result<Prompt, ApiError> {
     check_results(&history)?;
     let offered = tools.filter(|t| t.choice != ToolChoice::None);
-    if dialect.template_writes_tools {
-        let messages = history.into_iter().map(|m| template_message(m, dialect.format)).collect();
+    if let Some(template) = dialect.template {
+        let messages = history.into_iter().map(|m| template_message(m, template)).collect();
         let tools = offered.map(|t| t.tools.iter().map(openai_tool).collect()).unwrap_or_default();
         return Ok(Prompt::Chat { messages, tools });
     }
@@ -99,10 +99,10 @@ fn check_results(history: &[HistoryMessage]) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// A message for a template that writes calls itself: arguments as the object they encode;
-/// for Mistral's, ids as the nine characters its template demands.
-fn template_message(message: HistoryMessage, format: ToolCallFormat) -> ChatMessage {
-    let id = |id: String| if format == ToolCallFormat::Mistral { mistral_id(&id) } else { id };
+/// A message for a template that writes calls itself (in `template`'s format): arguments as
+/// the object they encode; for Mistral's, ids as the nine characters its template demands.
+fn template_message(message: HistoryMessage, template: ToolCallFormat) -> ChatMessage {
+    let id = |id: String| if template == ToolCallFormat::Mistral { mistral_id(&id) } else { id };
     let tool_calls = message
         .tool_calls
         .into_iter()
@@ -225,8 +225,9 @@ mod tests {
     use super::super::Tool;
     use super::*;
 
-    const WRITTEN: ToolDialect = ToolDialect { format: ToolCallFormat::Hermes, template_writes_tools: false };
-    const TEMPLATE: ToolDialect = ToolDialect { format: ToolCallFormat::Hermes, template_writes_tools: true };
+    const WRITTEN: ToolDialect = ToolDialect { format: ToolCallFormat::Hermes, template: None };
+    const TEMPLATE: ToolDialect =
+        ToolDialect { format: ToolCallFormat::Hermes, template: Some(ToolCallFormat::Hermes) };
 
     fn msg(role: &str, content: &str) -> HistoryMessage {
         HistoryMessage { role: role.into(), content: content.into(), tool_calls: Vec::new(), tool_call_id: None }
@@ -280,8 +281,7 @@ mod tests {
     fn a_result_must_answer_an_earlier_call() {
         let mut orphan = msg("tool", "42");
         orphan.tool_call_id = Some("nope".into());
-        for template_writes_tools in [false, true] {
-            let dialect = ToolDialect { template_writes_tools, ..WRITTEN };
+        for dialect in [WRITTEN, TEMPLATE] {
             let error = render_prompt(vec![msg("user", "x"), orphan.clone()], None, dialect).expect_err("refused");
             assert_eq!(error.param.as_deref(), Some("messages[1].tool_call_id"));
             let error = render_prompt(vec![msg("tool", "42")], None, dialect).expect_err("refused");
@@ -322,11 +322,11 @@ mod tests {
 
     #[test]
     fn each_format_asks_for_its_calls_and_writes_earlier_ones_its_way() {
-        let llama = ToolDialect { format: ToolCallFormat::Llama3Json, template_writes_tools: false };
+        let llama = ToolDialect { format: ToolCallFormat::Llama3Json, template: None };
         let out = written(render_prompt(tool_round(), Some(&tools(ToolChoice::Auto)), llama));
         assert!(out[0].content.contains("\"parameters\": dictionary of argument name"), "{}", out[0].content);
         assert_eq!(out[2].content, "{\"name\": \"get_weather\", \"parameters\": {\"city\":\"Oslo\"}}");
-        let mistral = ToolDialect { format: ToolCallFormat::Mistral, template_writes_tools: false };
+        let mistral = ToolDialect { format: ToolCallFormat::Mistral, template: None };
         let out = written(render_prompt(tool_round(), Some(&tools(ToolChoice::Auto)), mistral));
         assert!(out[0].content.starts_with("[AVAILABLE_TOOLS][{\"type\":\"function\""), "{}", out[0].content);
         assert_eq!(out[2].content, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Oslo\"}}]");
@@ -334,7 +334,7 @@ mod tests {
         let mut history = tool_round();
         history[1].tool_calls[0].id = "call_chatcmpl-7f3a_0_0".into();
         history[2].tool_call_id = Some("call_chatcmpl-7f3a_0_0".into());
-        let own = ToolDialect { template_writes_tools: true, ..mistral };
+        let own = ToolDialect { template: Some(ToolCallFormat::Mistral), ..mistral };
         let Ok(Prompt::Chat { messages, .. }) = render_prompt(history, None, own) else { panic!("a chat prompt") };
         assert_eq!(messages[1].tool_calls[0].id, "mpl7f3a00");
         assert_eq!(messages[2].tool_call_id.as_deref(), Some("mpl7f3a00"));
