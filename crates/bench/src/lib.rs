@@ -166,14 +166,7 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     };
     let timeout = Duration::from_secs_f64(args.timeout.max(0.001));
     let mut slos = match &args.slos_from {
-        Some(path) => {
-            let earlier = results::compare::load(path, None).map_err(|e| BenchError::Args(e.to_string()))?;
-            let first = earlier
-                .levels
-                .first()
-                .ok_or_else(|| BenchError::Args(format!("--slos-from {}: the file has no levels", path.display())))?;
-            Slos { e2e_ms: args.e2e_slo_ms.or(first.slos.e2e_ms), ..first.slos }
-        }
+        Some(path) => results::compare::earlier_slos(path, args.e2e_slo_ms).map_err(BenchError::Args)?,
         None => {
             Slos { ttft_ms: args.ttft_slo_ms, tpot_ms: args.tpot_slo_ms, e2e_ms: args.e2e_slo_ms, ..Slos::default() }
         }
@@ -226,8 +219,9 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     if let Some(scale) = args.slo_scale {
         let specs = run::calibrate::requests(args.seed);
         let count = specs.len();
-        // Every answer runs its full length, so each gives a TPOT.
-        let calibration_body = BodyOptions { ignore_eos: true, ..body.clone() };
+        // Every answer runs its full length, so each gives a TPOT; no tools, which would
+        // lengthen the prompt and turn answers into calls.
+        let calibration_body = BodyOptions { ignore_eos: true, tools: None, ..body.clone() };
         let outcome = run::run_level(&client, one_at_a_time(Workload::Requests(specs), count, calibration_body)).await;
         let calibration = Calibration::fit(&run::calibrate::measured(&outcome.records), scale).ok_or_else(|| {
             BenchError::Args(format!(

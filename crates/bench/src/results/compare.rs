@@ -170,6 +170,15 @@ pub fn load_all(args: &CompareArgs) -> Result<(Vec<Run>, Vec<String>), CompareEr
     Ok((runs, differences))
 }
 
+/// The objectives an earlier run's result file was judged by (its first level's), with an
+/// end-to-end objective given now taking precedence (`--slos-from`).
+pub fn earlier_slos(path: &Path, e2e_ms: Option<f64>) -> Result<crate::results::slo::Slos, String> {
+    let earlier = load(path, None).map_err(|e| e.to_string())?;
+    let first =
+        earlier.levels.first().ok_or_else(|| format!("--slos-from {}: the file has no levels", path.display()))?;
+    Ok(crate::results::slo::Slos { e2e_ms: e2e_ms.or(first.slos.e2e_ms), ..first.slos })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
