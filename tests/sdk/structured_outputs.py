@@ -7,7 +7,7 @@ Exits non-zero with the reason on the first failure.
 
 import json
 import sys
-from typing import List, Literal
+from typing import Annotated, List, Literal
 
 import openai
 from pydantic import BaseModel, Field
@@ -17,7 +17,8 @@ class City(BaseModel):
     name: str = Field(max_length=40)
     country: str = Field(max_length=40)
     population_millions: float = Field(ge=0, le=50)
-    landmarks: List[str] = Field(min_length=1, max_length=3)
+    # Every string is bounded, so a sampled answer ends well inside max_tokens.
+    landmarks: List[Annotated[str, Field(max_length=40)]] = Field(min_length=1, max_length=3)
     climate: Literal["temperate", "tropical", "arid", "continental", "polar"]
 
 
@@ -50,6 +51,7 @@ def main(base: str) -> None:
         messages=[{"role": "user", "content": "Describe Tokyo as JSON."}],
         response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema, "strict": True}},
         max_tokens=300,
+        temperature=0,
         stream=True,
         stream_options={"include_usage": True},
     )
