@@ -2,7 +2,8 @@
 # Structured outputs, rillm serve vs llama.cpp's llama-server on the same model: the 32
 # shipped JSON Schemas (crates/bench/schemas), each with a prompt from its description, sent
 # with OpenAI's response_format json_schema at concurrency 1 and 8, greedy, 300 tokens at
-# most; the same prompts without a constraint on rillm for its own baseline. One server at a
+# most; llama-server also with its n-gram speculation (--spec-type ngram-mod); the same
+# prompts without a constraint on rillm for its own baseline. One server at a
 # time, the same `rillm bench`; `rillm bench compare` prints the ratios.
 #
 #   LLAMA_SERVER=/path/to/llama-server scripts/compare-structured.sh [OUT_DIR]
@@ -35,6 +36,9 @@ constrained=(--response-format json_schema --schemas "$SCHEMAS")
 # Every run on a fresh server, so none finds another's prompts in its prefix cache.
 for c in 1 8; do
   start_llama "$OUT/llama-server-c$c.log"; bench llama-schema "$c" "${constrained[@]}"; stop_server
+  # llama-server's n-gram speculation, its best setting where outputs repeat themselves.
+  LLAMA_ARGS="--spec-type ngram-mod" start_llama "$OUT/llama-server-ngram-c$c.log"
+  bench llama-ngram-schema "$c" "${constrained[@]}"; stop_server
   start_rillm "$OUT/rillm-schema-c$c.log"; bench rillm-schema "$c" "${constrained[@]}"
   curl -s "http://127.0.0.1:$PORT/metrics" | grep '^rillm_structured' > "$OUT/rillm-metrics-c$c.txt"
   stop_server
@@ -44,6 +48,8 @@ done
 for c in 1 8; do
   echo "== concurrency $c: llama-server json_schema (a) vs rillm json_schema (b)"
   "$BENCH" bench compare "$OUT/llama-schema-c$c.json" "$OUT/rillm-schema-c$c.json" --label llama-server --label rillm
+  echo "== concurrency $c: llama-server json_schema with --spec-type ngram-mod (a) vs rillm json_schema (b)"
+  "$BENCH" bench compare "$OUT/llama-ngram-schema-c$c.json" "$OUT/rillm-schema-c$c.json" --label llama-ngram --label rillm
   echo "== concurrency $c: rillm without (a) and with (b) the schemas"
   "$BENCH" bench compare "$OUT/rillm-plain-c$c.json" "$OUT/rillm-schema-c$c.json" --label plain --label schema --force
   echo "== concurrency $c: rillm's structured-output counters"

@@ -206,6 +206,15 @@ impl SequenceConstraint {
         Ok(Some(mask))
     }
 
+    /// How many of `tokens`' first tokens the grammar accepts from here (all of them while
+    /// a lazy constraint waits for its trigger). Checks them without taking them in.
+    pub fn allowed_prefix(&mut self, tokens: &[TokenId]) -> usize {
+        if self.trigger.is_some() {
+            return tokens.len();
+        }
+        self.matcher.validate_tokens(tokens).unwrap_or(0)
+    }
+
     /// Takes the sampled `token` (whose text is `bytes`) and, with `jump_forward`, whatever
     /// the grammar forces after it (without, forced tokens are sampled one by one from a
     /// mask that allows only them).

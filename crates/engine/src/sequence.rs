@@ -211,17 +211,25 @@ impl Sequence {
         out.extend_from_slice(&self.generated_ids);
     }
 
-    /// How many drafted tokens may be fed for it: none unless it is generating free of a
-    /// constraint (whose forced tokens are fed already), else what `max_tokens` and the
-    /// context leave room for.
+    /// How many drafted tokens may be fed for it: none while it prefills or waits for its
+    /// fork, else what `max_tokens` and the context leave room for.
     pub fn draft_room(&self, ctx_limit: u32) -> usize {
-        if self.is_prefilling() || self.request.constraint.is_some() || self.awaits_fork {
+        if self.is_prefilling() || self.awaits_fork {
             return 0;
         }
         let tokens_left = self.request.max_tokens.saturating_sub(self.generated + 1) as usize;
         let next_end = self.cached as usize + self.uncached_generated().len();
         let room = (ctx_limit as usize).saturating_sub(next_end + 1);
         tokens_left.min(room)
+    }
+
+    /// How many of `draft`'s first tokens its constraint would accept next (all of them
+    /// when unconstrained): a draft the grammar refuses cannot be the model's next token.
+    pub fn constraint_allows(&mut self, draft: &[TokenId]) -> usize {
+        match self.request.constraint.as_mut() {
+            Some(constraint) => constraint.allowed_prefix(draft),
+            None => draft.len(),
+        }
     }
 
     /// Before sampling: the tokens its constraint allows now (`None`: unconstrained).

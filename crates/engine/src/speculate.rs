@@ -3,7 +3,10 @@
 //! prompt and output, and what followed them there is proposed next). A sequence with a
 //! draft feeds it after its last token, the step computes logits at every row, and
 //! `scheduler::decode::verify` keeps the longest prefix the model itself would have
-//! sampled. How many tokens to draft is priced here: on a CPU an extra row costs about a
+//! sampled. Under a constraint a draft is cut to what the grammar accepts, each row is
+//! sampled under its mask, and tokens the grammar forces after a kept draft end the
+//! verification (they take the positions the rest was fed at). How many tokens to draft
+//! is priced here: on a CPU an extra row costs about a
 //! prompt token's compute, which a draft repays only where it is likely to be accepted.
 
 use crate::forecast::DraftPrices;
@@ -47,6 +50,8 @@ pub(crate) fn propose_drafts(
         }
         seq.history_into(history);
         let found = lookup_draft(history, room);
+        // Under a constraint, only the part of the draft the grammar accepts can be kept.
+        let found = &found[..seq.constraint_allows(found)];
         let k = draft_len(found.len(), seq.acceptance, rows, prices);
         // Not drafting still teaches: was the lookup's first token the model's next?
         seq.predicted = if k == 0 { found.first().copied() } else { None };

@@ -102,6 +102,7 @@ pub(crate) fn verify(
     let drafts = std::mem::take(&mut seq.drafts);
     let mut verified = Verified { finished: None, drafted: drafts.len(), accepted: 0 };
     for (i, row) in (first_row..=first_row + drafts.len()).enumerate() {
+        let generated = seq.generated;
         let (token, finished) = sample_and_accept(seq, row, logits, ctx)?;
         let kept = drafts.get(i) == Some(&token);
         if kept {
@@ -109,7 +110,10 @@ pub(crate) fn verify(
             seq.cached += 1;
             verified.accepted += 1;
         }
-        if finished.is_some() || !kept {
+        // Tokens a constraint forced after this one take the positions the later drafts
+        // were fed at: those rows saw another sequence, and the forced tokens go next step.
+        let forced = seq.generated > generated + 1;
+        if finished.is_some() || !kept || forced {
             verified.finished = finished;
             break;
         }

@@ -44,8 +44,9 @@ impl Tokenizer for ByteTokenizer {
     }
 }
 
-/// Keeps every batch and move it is given and samples `x`, or under a mask the lowest
-/// token it allows (unless `ignore_masks`).
+/// Keeps every batch and move it is given and samples `x` (or the script's next byte),
+/// or under a mask the lowest token it allows when the mask refuses that (unless
+/// `ignore_masks`).
 struct RecordingExecutor {
     ignore_masks: bool,
     max_batch_tokens: usize,
@@ -100,9 +101,12 @@ impl Executor for RecordingExecutor {
             }
             return TokenId::from(weights.last().map_or(b'x', |w| w.0));
         }
-        if let (Some(script), None) = (&self.script, mask) {
+        if let Some(script) = &self.script {
             let pos = self.batches.last().expect("a decode")[batch_index].pos as usize;
-            return TokenId::from(script.get(pos + 1).copied().unwrap_or(0));
+            let next = TokenId::from(script.get(pos + 1).copied().unwrap_or(0));
+            if mask.is_none_or(|m| m.is_allowed(next)) {
+                return next;
+            }
         }
         match mask.and_then(toktrie::SimpleVob::first_bit_set) {
             Some(allowed) if !self.ignore_masks => allowed as TokenId,

@@ -97,3 +97,55 @@ fn sampled_output_is_the_models_distribution_draw_for_draw() {
     let share = |c: char| fast.chars().filter(|&x| x == c).count() as f64 / fast.len() as f64;
     assert!((share('a') - 0.6).abs() < 0.04 && (share('b') - 0.3).abs() < 0.04, "{} {}", share('a'), share('b'));
 }
+
+/// `generate`, with the output constrained to `regex`.
+fn generate_constrained(script: &str, prompt: usize, max_tokens: u32, regex: &str, speculative: bool) -> (String, usize, Harness) {
+    let mut h = scripted(script, speculative);
+    let mut events = h.submit_regex(&script[..prompt], max_tokens, regex);
+    h.run_to_idle();
+    let steps = h.scheduler.executor.batches.len();
+    (drain(&mut events).0, steps, h)
+}
+
+#[test]
+fn a_constrained_sequence_drafts_too_and_its_output_is_unchanged() {
+    let (plain, plain_steps, _) = generate_constrained(REPEATING, 18, 40, "[a-h-]+", false);
+    let (fast, steps, h) = generate_constrained(REPEATING, 18, 40, "[a-h-]+", true);
+    assert_eq!(plain, &REPEATING[18..58]);
+    assert_eq!(fast, plain, "speculation changes no token under a grammar");
+    assert!(steps * 3 < plain_steps, "{steps} steps against {plain_steps}");
+    let spec = h.scheduler.stats.snapshot().speculation;
+    assert!(spec.drafts > 0 && spec.accepted_tokens == spec.draft_tokens, "{spec:?}");
+}
+
+#[test]
+fn drafts_the_grammar_refuses_are_not_fed() {
+    // The grammar allows no `-`: the model says `a` where the script has one (the lowest
+    // letter allowed), so what follows `h` in its output is never the `-` of the history.
+    let (plain, _, _) = generate_constrained(REPEATING, 18, 30, "[a-h]+", false);
+    let (fast, _, h) = generate_constrained(REPEATING, 18, 30, "[a-h]+", true);
+    assert_eq!(fast, plain);
+    assert!(!fast.contains('-'), "{fast}");
+    let fed_dash = h.scheduler.executor.batches.iter().flatten().any(|t| t.pos >= 18 && t.token == TokenId::from(b'-'));
+    assert!(!fed_dash, "a refused token was drafted");
+    let spec = h.scheduler.stats.snapshot().speculation;
+    assert!(spec.drafts > 0, "{spec:?}");
+}
+
+#[test]
+fn tokens_forced_after_a_kept_draft_end_the_verification_there() {
+    // After `a` or `b` the grammar forces `yz`; a draft that ran on past them was fed at
+    // positions the forced tokens now hold, so its cells go and the forced tokens are fed
+    // next. (A row sampled past them would read the token after `y`, which the grammar
+    // refuses there, and give the lowest one it allows, `w`, where the script says `x`.)
+    let script = "xayzxbyz".repeat(12);
+    let (plain, _, _) = generate_constrained(&script, 8, 48, "([wx][a-c]yz)+", false);
+    let (fast, _, h) = generate_constrained(&script, 8, 48, "([wx][a-c]yz)+", true);
+    assert_eq!(plain, &script[8..56]);
+    assert_eq!(fast, plain);
+    let spec = h.scheduler.stats.snapshot().speculation;
+    assert!(spec.accepted_tokens > 0 && spec.accepted_tokens < spec.draft_tokens, "{spec:?}");
+    assert!(!h.scheduler.executor.truncations.is_empty());
+    let snap = h.scheduler.stats.snapshot().constraints;
+    assert!(snap.forced_tokens > 0, "{snap:?}");
+}
