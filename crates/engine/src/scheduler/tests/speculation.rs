@@ -99,7 +99,13 @@ fn sampled_output_is_the_models_distribution_draw_for_draw() {
 }
 
 /// `generate`, with the output constrained to `regex`.
-fn generate_constrained(script: &str, prompt: usize, max_tokens: u32, regex: &str, speculative: bool) -> (String, usize, Harness) {
+fn generate_constrained(
+    script: &str,
+    prompt: usize,
+    max_tokens: u32,
+    regex: &str,
+    speculative: bool,
+) -> (String, usize, Harness) {
     let mut h = scripted(script, speculative);
     let mut events = h.submit_regex(&script[..prompt], max_tokens, regex);
     h.run_to_idle();
