@@ -38,6 +38,20 @@ rillm_test_browser() {
   fi
 }
 
+# The container image (scripts/image) built and run (scripts/image-smoke). Needs root and
+# apt-get for mmdebstrap, umoci and podman; elsewhere it is skipped with a note, unless
+# RILLM_REQUIRE_IMAGE=1 (CI), which makes that a failure.
+rillm_test_image() {
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    scripts/image && scripts/image-smoke
+  elif [ "${RILLM_REQUIRE_IMAGE:-0}" = 1 ]; then
+    echo "setup: the image test needs root and apt-get" >&2
+    return 1
+  else
+    echo "setup: not root: the container image is not built or tested; to run it: sudo scripts/image && sudo scripts/image-smoke" >&2
+  fi
+}
+
 # A venv at $1 (python3-venv installed first when missing and we may).
 rillm_venv() {
   python3 -m venv "$1" 2>/dev/null && return 0

@@ -27,6 +27,11 @@ def fail(msg):
     print(f"FAIL {msg}")
 
 
+def workspace_version():
+    with open(os.path.join(ROOT, "Cargo.toml")) as f:
+        return next(line.split('"')[1] for line in f if line.startswith("version = "))
+
+
 def load_all():
     docs = []
     paths = glob.glob(os.path.join(ROOT, "deploy", "k8s", "*.yaml")) + glob.glob(os.path.join(ROOT, "deploy", "bench", "*.yaml"))
@@ -165,6 +170,13 @@ def main():
             fail(f"Job {job['metadata']['name']}: {count} shards but {spec['completions']} completions")
         if not any(a.startswith("--start-at=") for a in args):
             fail(f"Job {job['metadata']['name']}: shards without --start-at do not start together")
+
+    # Every pod runs the image scripts/image builds: rillm tagged with the workspace version.
+    expected = f"rillm:{workspace_version()}"
+    for path, doc in docs:
+        for container in doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
+            if container["image"] != expected:
+                fail(f"{path}: image {container['image']}, but scripts/image builds {expected}")
 
     print("deploy manifests: " + ("FAILED" if failures else f"{len(docs)} valid"))
     sys.exit(1 if failures else 0)

@@ -13,11 +13,12 @@ use crate::model_args::{engine_defaults, ModelArgs};
 pub struct ServeArgs {
     #[command(flatten)]
     model: ModelArgs,
-    /// Address to bind. Loopback by default: exposing a model server is a decision.
-    #[arg(long, default_value = "127.0.0.1")]
+    /// Address to bind. Loopback by default: exposing a model server is a decision (the
+    /// container image makes it with RILLM_HOST=0.0.0.0).
+    #[arg(long, env = "RILLM_HOST", default_value = "127.0.0.1")]
     host: String,
     /// 8767 is the prototype's port, so its benchmark command works unchanged. 0 picks one.
-    #[arg(long, default_value_t = 8767)]
+    #[arg(long, env = "RILLM_PORT", default_value_t = 8767)]
     port: u16,
     /// Sequences decoded together (continuous batching width).
     #[arg(long, default_value_t = engine_defaults().max_running)]
