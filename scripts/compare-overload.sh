@@ -4,9 +4,11 @@
 #
 #   LLAMA_SERVER=/path/to/llama-server scripts/compare-overload.sh [OUT_DIR]
 #
-# Poisson arrivals at 0.5x to 3x capacity (CAPACITY req/s, measured on this machine: see
-# docs/results/2026-11-serving-and-real-traffic.md), prompts of the Azure conversation trace's lengths x0.1 (~100 tokens, sd 40),
-# 48-token answers. Each level uses its own prompts (seed = level index), so no level
+# Poisson arrivals at 0.5x to 3x capacity, prompts of the Azure conversation trace's lengths
+# x0.1 (~100 tokens, sd 40), 48-token answers. The capacity is measured first, in the same
+# run: rillm's throughput with every slot busy (a closed loop of SLOTS requests at a time,
+# 64 requests of the same shape), so "1x" means the same load on any machine; CAPACITY=R
+# skips the probe and uses R req/s. Each level uses its own prompts (seed = level index), so no level
 # reuses another's KV. Goodput counts requests whose TTFT, from the scheduled arrival, is
 # within TTFT_SLO_MS; 429s count as offered and not good. llama-server queues without
 # limit; rillm without the flag queues up to 1024. SERVERS="rillm rillm-slo llama" picks
@@ -14,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-/tmp/rillm-overload}
-CAPACITY=${CAPACITY:-1.4}
+CAPACITY=${CAPACITY:-}
 FACTORS=${FACTORS:-0.5 1 1.5 2 3}
 REQUESTS=${REQUESTS:-48}
 TTFT_SLO_MS=${TTFT_SLO_MS:-1500}
@@ -37,6 +39,16 @@ sweep() { # name
     echo "$1 x$f: $(grep -m1 -E 'goodput' "$OUT/$1-x$f.txt" || true)"
   done
 }
+
+if [ -z "$CAPACITY" ]; then
+  start_rillm "$OUT/capacity-server.log"
+  "$BENCH" bench --url "http://127.0.0.1:$PORT/v1/completions" --temperature 0 --seed 99 \
+    --input-tokens 100,40 --output-tokens 48 --concurrency "$SLOTS" --requests 64 \
+    --output "$OUT/capacity.json" > "$OUT/capacity.txt"
+  stop_server
+  CAPACITY=$(python3 -c 'import json, sys; print(round(json.load(open(sys.argv[1]))["throughput_rps"], 3))' "$OUT/capacity.json")
+fi
+echo "capacity: $CAPACITY req/s (levels: $FACTORS x)" | tee "$OUT/capacity-used.txt"
 
 for server in $SERVERS; do
   case $server in
