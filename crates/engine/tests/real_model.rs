@@ -431,6 +431,48 @@ fn speculative_decoding_keeps_the_greedy_output_and_drafts_where_text_repeats() 
     }
 }
 
+#[test]
+fn speculative_decoding_under_a_json_schema_keeps_the_greedy_output() {
+    // Names that recur in the prompt and in the list: prompt lookup drafts them, and the
+    // drafts are verified under the schema's mask.
+    let _g = serial();
+    let schema = serde_json::json!({
+        "type": "object", "additionalProperties": false, "required": ["names"],
+        "properties": {"names": {"type": "array", "maxItems": 8, "items": {"type": "string", "maxLength": 30}}}
+    });
+    let prompt = "Names: Ada Lovelace, Alan Turing, Grace Hopper, Ada Lovelace, Alan Turing, Grace Hopper, \
+                  Ada Lovelace, Alan Turing. The names as a JSON object: ";
+    let run = |speculative: rillm_engine::Speculative| {
+        let mut config = EngineConfig::new(model_path());
+        config.speculative = speculative;
+        let engine = Engine::start(config).expect("engine starts");
+        let mut request = greedy(prompt, 120);
+        request.constraint = Some(rillm_engine::Constraint::JsonSchema(schema.clone()));
+        // Log-probabilities say where two tokens were all but tied (and turn jump-forward
+        // off, so every token is sampled and may be drafted).
+        request.logprobs = Some(2);
+        let (text, ids, done) = collect_logprobs(engine.submit(request).unwrap());
+        (text, ids, done, engine.stats().snapshot().speculation)
+    };
+    let (plain, plain_ids, plain_done, _) = run(rillm_engine::Speculative::Off);
+    let (fast, fast_ids, done, on) = run(rillm_engine::Speculative::Ngram);
+    eprintln!("speculation under a schema: {on:?}; {fast}");
+    assert!(on.drafts > 0 && on.accepted_tokens > 0, "{on:?}");
+    assert_eq!(done.finish_reason, FinishReason::Stop, "{fast}");
+    let value: serde_json::Value = serde_json::from_str(&fast).expect("JSON");
+    assert!(value["names"].as_array().is_some_and(|names| !names.is_empty()), "{fast}");
+    // As without a grammar: outputs may part only where the top two were all but tied.
+    if let Some(at) = plain_ids.0.iter().zip(&fast_ids.0).position(|(a, b)| a != b) {
+        let top = &plain_ids.1[at];
+        assert!(
+            top.len() >= 2 && top[0] - top[1] < 0.1,
+            "parted at token {at} with margin {top:?}: {plain:?} vs {fast:?}"
+        );
+    } else {
+        assert_eq!((fast.as_str(), done.usage.completion_tokens), (plain.as_str(), plain_done.usage.completion_tokens));
+    }
+}
+
 /// Token ids, and each token's top log-probabilities.
 type TokensWithTops = (Vec<u32>, Vec<Vec<f32>>);
 
