@@ -6,8 +6,8 @@
 //! sampled. Under a constraint a draft is cut to what the grammar accepts, each row is
 //! sampled under its mask, and tokens the grammar forces after a kept draft end the
 //! verification (they take the positions the rest was fed at). How many tokens to draft
-//! is priced here: on a CPU an extra row costs about a
-//! prompt token's compute, which a draft repays only where it is likely to be accepted.
+//! is priced here: on a CPU an extra row costs about a prompt token's compute, which a
+//! draft repays only where it is likely to be accepted.
 
 use crate::forecast::DraftPrices;
 #[cfg(test)]

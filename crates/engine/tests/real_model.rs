@@ -402,33 +402,14 @@ const REPEATING: &str =
 #[test]
 fn speculative_decoding_keeps_the_greedy_output_and_drafts_where_text_repeats() {
     let _g = serial();
-    let run = |speculative: rillm_engine::Speculative| {
-        let mut config = EngineConfig::new(model_path());
-        config.speculative = speculative;
-        let engine = Engine::start(config).expect("engine starts");
-        let mut request = greedy(REPEATING, 60);
-        request.logprobs = Some(2);
-        let (text, ids, done) = collect_logprobs(engine.submit(request).unwrap());
-        (text, ids, done, engine.stats().snapshot().speculation)
-    };
-    let (plain, plain_ids, _, off) = run(rillm_engine::Speculative::Off);
-    let (fast, fast_ids, done, on) = run(rillm_engine::Speculative::Ngram);
-    eprintln!("speculation: {on:?}; same output: {}", plain == fast);
+    let (plain, off) = run_with_logprobs(rillm_engine::Speculative::Off, || greedy(REPEATING, 60));
+    let (fast, on) = run_with_logprobs(rillm_engine::Speculative::Ngram, || greedy(REPEATING, 60));
+    let (off, on) = (off.speculation, on.speculation);
+    eprintln!("speculation: {on:?}; same output: {}", plain.0 == fast.0);
     assert_eq!(off.drafts, 0);
     assert!(on.drafts > 0 && on.accepted_tokens > 0, "{on:?}");
-    assert_eq!(done.usage.completion_tokens, 60);
-    // Verifying drafts computes several rows in one step, which llama.cpp's kernels round
-    // a little differently from one row: outputs may part only where the model's top two
-    // choices were all but tied.
-    if let Some(at) = plain_ids.0.iter().zip(&fast_ids.0).position(|(a, b)| a != b) {
-        let top = &plain_ids.1[at];
-        assert!(
-            top.len() >= 2 && top[0] - top[1] < 0.1,
-            "parted at token {at} with margin {top:?}: {plain:?} vs {fast:?}"
-        );
-    } else {
-        assert_eq!(fast, plain);
-    }
+    assert_eq!(fast.2.usage.completion_tokens, 60);
+    assert_parts_only_at_a_tie(&plain, &fast);
 }
 
 #[test]
@@ -442,34 +423,54 @@ fn speculative_decoding_under_a_json_schema_keeps_the_greedy_output() {
     });
     let prompt = "Names: Ada Lovelace, Alan Turing, Grace Hopper, Ada Lovelace, Alan Turing, Grace Hopper, \
                   Ada Lovelace, Alan Turing. The names as a JSON object: ";
-    let run = |speculative: rillm_engine::Speculative| {
-        let mut config = EngineConfig::new(model_path());
-        config.speculative = speculative;
-        let engine = Engine::start(config).expect("engine starts");
+    let request = || {
         let mut request = greedy(prompt, 120);
         request.constraint = Some(rillm_engine::Constraint::JsonSchema(schema.clone()));
-        // Log-probabilities say where two tokens were all but tied (and turn jump-forward
-        // off, so every token is sampled and may be drafted).
-        request.logprobs = Some(2);
-        let (text, ids, done) = collect_logprobs(engine.submit(request).unwrap());
-        (text, ids, done, engine.stats().snapshot().speculation)
+        request
     };
-    let (plain, plain_ids, plain_done, _) = run(rillm_engine::Speculative::Off);
-    let (fast, fast_ids, done, on) = run(rillm_engine::Speculative::Ngram);
-    eprintln!("speculation under a schema: {on:?}; {fast}");
+    let (plain, _) = run_with_logprobs(rillm_engine::Speculative::Off, request);
+    let (fast, on) = run_with_logprobs(rillm_engine::Speculative::Ngram, request);
+    let on = on.speculation;
+    eprintln!("speculation under a schema: {on:?}; {}", fast.0);
     assert!(on.drafts > 0 && on.accepted_tokens > 0, "{on:?}");
-    assert_eq!(done.finish_reason, FinishReason::Stop, "{fast}");
-    let value: serde_json::Value = serde_json::from_str(&fast).expect("JSON");
-    assert!(value["names"].as_array().is_some_and(|names| !names.is_empty()), "{fast}");
-    // As without a grammar: outputs may part only where the top two were all but tied.
-    if let Some(at) = plain_ids.0.iter().zip(&fast_ids.0).position(|(a, b)| a != b) {
-        let top = &plain_ids.1[at];
+    assert_eq!(fast.2.finish_reason, FinishReason::Stop, "{}", fast.0);
+    let value: serde_json::Value = serde_json::from_str(&fast.0).expect("JSON");
+    assert!(value["names"].as_array().is_some_and(|names| !names.is_empty()), "{}", fast.0);
+    assert_parts_only_at_a_tie(&plain, &fast);
+}
+
+/// One request on a fresh engine with `speculative`, asking two log-probabilities a token
+/// (they show where two tokens were all but tied; under a constraint they also turn
+/// jump-forward off, so every token is sampled and may be drafted).
+fn run_with_logprobs(
+    speculative: rillm_engine::Speculative,
+    request: impl FnOnce() -> GenerateRequest,
+) -> ((String, TokensWithTops, Completion), rillm_engine::StatsSnapshot) {
+    let mut config = EngineConfig::new(model_path());
+    config.speculative = speculative;
+    let engine = Engine::start(config).expect("engine starts");
+    let mut request = request();
+    request.logprobs = Some(2);
+    let output = collect_logprobs(engine.submit(request).unwrap());
+    (output, engine.stats().snapshot())
+}
+
+/// Verifying drafts computes several rows in one step, which llama.cpp's kernels round a
+/// little differently from one row: outputs may part only where the model's top two
+/// choices were all but tied; otherwise they are the same tokens.
+fn assert_parts_only_at_a_tie(
+    plain: &(String, TokensWithTops, Completion),
+    fast: &(String, TokensWithTops, Completion),
+) {
+    let ((plain_text, (plain_ids, plain_tops), _), (fast_text, (fast_ids, _), _)) = (plain, fast);
+    if let Some(at) = plain_ids.iter().zip(fast_ids).position(|(a, b)| a != b) {
+        let top = &plain_tops[at];
         assert!(
             top.len() >= 2 && top[0] - top[1] < 0.1,
-            "parted at token {at} with margin {top:?}: {plain:?} vs {fast:?}"
+            "parted at token {at} with margin {top:?}: {plain_text:?} vs {fast_text:?}"
         );
     } else {
-        assert_eq!((fast.as_str(), done.usage.completion_tokens), (plain.as_str(), plain_done.usage.completion_tokens));
+        assert_eq!((fast_text, fast_ids), (plain_text, plain_ids));
     }
 }
 
