@@ -6,10 +6,14 @@
 #   summary  a section of this repo's docs, to be summarised;
 #   extract  a made-up order confirmation, its fields to be extracted as JSON under a
 #            json_schema (response_format): drafts under the grammar, values copied;
-#   story    short stories: the control, where drafts rarely match.
+#   story    short stories: the control, where drafts rarely match;
+#   repeat   three of the stories, each asked twice: a recurring prompt, where drafts
+#            from earlier requests (rillm's n-gram pool, llama-server's ngram-mod) pay.
 # Servers, one at a time on the same cores and model (replies end where the model ends
 # them): rillm --speculative off, rillm --speculative ngram (the default), llama-server
-# without speculation and with its n-gram speculation (--spec-type ngram-mod).
+# without speculation and with its n-gram speculation (--spec-type ngram-mod). Each server
+# starts afresh for every workload and concurrency: drafts kept across requests would
+# otherwise turn the second concurrency's prompts into repeats of the first's.
 #
 #   LLAMA_SERVER=/path/to/llama-server scripts/compare-speculation.sh [OUT_DIR]
 #   KINDS="code extract" ... runs only those workloads.
@@ -21,7 +25,7 @@ cd "$(dirname "$0")/.."
 OUT=${1:-/tmp/rillm-speculation}
 REQUESTS=${REQUESTS:-6}
 SERVERS=${SERVERS:-"rillm-off rillm-ngram llama llama-ngram"}
-KINDS=${KINDS:-"code edit summary extract story"}
+KINDS=${KINDS:-"code edit summary extract story repeat"}
 . scripts/compare-common.sh
 mkdir -p "$OUT"
 
@@ -40,8 +44,14 @@ files = ["crates/engine/src/speculate.rs", "crates/engine/src/queue.rs", "crates
 heads = [pathlib.Path(path).read_text()[:1500] for path in files]
 write("code", [f"Repeat the following Rust code exactly, with no changes:\n\n```rust\n{code}\n```" for code in heads])
 edits = []
-for code in heads:
-    name = (re.search(r"\bfn (\w+)", code) or re.search(r"\b(?:struct|enum|const) (\w+)", code)).group(1)
+for path, code in zip(files, heads):
+    found = re.search(r"\bfn (\w+)", code) or re.search(r"\b(?:struct|enum|const) (\w+)", code)
+    if found is None:
+        # A long module doc fills the head: start at the code instead.
+        text = pathlib.Path(path).read_text()
+        code = text[re.search(r"^(?!//)", text, re.M).start():][:1500]
+        found = re.search(r"\bfn (\w+)", code) or re.search(r"\b(?:struct|enum|const) (\w+)", code)
+    name = found.group(1)
     edits.append(f"Rename `{name}` to `{name}_v2` everywhere in the following Rust code and give back the "
                  f"whole code with only that change:\n\n```rust\n{code}\n```")
 write("edit", edits)
@@ -80,32 +90,33 @@ topics = ["a lighthouse keeper who finds a message in a bottle", "a robot learni
           "two friends lost in a night market", "a baker whose bread can talk",
           "the last train before a snowstorm", "a cat that runs a small library"]
 write("story", [f"Write a short story about {t}." for t in topics])
+write("repeat", [f"Write a short story about {t}." for t in topics[:3] * 2])
 PY
 
-run() { # name
-  local url="http://127.0.0.1:$PORT/v1/chat/completions"
-  for kind in $KINDS; do
-    local constrained=()
-    [ "$kind" = extract ] && constrained=(--response-format json_schema --schemas "$OUT/extract-schema")
-    for c in 1 4; do
-      "$BENCH" bench --url "$url" --dataset "$OUT/$kind.jsonl" --concurrency "$c" --requests "$REQUESTS" \
-        --max-tokens 200 --temperature 0 --warmup 1 --output "$OUT/$1-$kind-c$c.json" "${constrained[@]}" \
-        > "$OUT/$1-$kind-c$c.txt"
-    done
-  done
-  curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^vllm:spec_decode_num_(draft|accepted)_tokens_total' \
-    | sed "s/^/$1 /" || true
+start() { # server log
+  case $1 in
+    rillm-off) RILLM_ARGS="--speculative off" start_rillm "$2" ;;
+    rillm-ngram) RILLM_ARGS="--speculative ngram" start_rillm "$2" ;;
+    llama) start_llama "$2" ;;
+    llama-ngram) LLAMA_ARGS="--spec-type ngram-mod --metrics" start_llama "$2" ;;
+    *) echo "unknown server $1" >&2; exit 2 ;;
+  esac
 }
 
 for server in $SERVERS; do
-  case $server in
-    rillm-off) RILLM_ARGS="--speculative off" start_rillm "$OUT/$server.log" ;;
-    rillm-ngram) RILLM_ARGS="--speculative ngram" start_rillm "$OUT/$server.log" ;;
-    llama) start_llama "$OUT/$server.log" ;;
-    llama-ngram) LLAMA_ARGS="--spec-type ngram-mod --metrics" start_llama "$OUT/$server.log" ;;
-    *) echo "unknown server $server" >&2; exit 2 ;;
-  esac
-  run "$server"; stop_server
+  for kind in $KINDS; do
+    constrained=()
+    [ "$kind" = extract ] && constrained=(--response-format json_schema --schemas "$OUT/extract-schema")
+    for c in 1 4; do
+      start "$server" "$OUT/$server-$kind-c$c.log"
+      "$BENCH" bench --url "http://127.0.0.1:$PORT/v1/chat/completions" --dataset "$OUT/$kind.jsonl" \
+        --concurrency "$c" --requests "$REQUESTS" --max-tokens 200 --temperature 0 --warmup 1 \
+        --output "$OUT/$server-$kind-c$c.json" "${constrained[@]}" > "$OUT/$server-$kind-c$c.txt"
+      curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^vllm:spec_decode_num_(draft|accepted)_tokens_total' \
+        | sed "s/^/$server $kind c$c /" || true
+      stop_server
+    done
+  done
 done
 
 for kind in $KINDS; do

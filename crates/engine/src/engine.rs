@@ -160,14 +160,18 @@ impl Engine {
             None => None,
         };
         let mut expected_prefill = prompt.len();
+        let mut forecast_ms = None;
         if let Some(limit_ms) = inner.max_queue_ms {
             let ahead = inner.queue.map_waiting(|p| p.expected_prefill);
             let outlook = inner.stats.forecast.read();
             expected_prefill -= outlook.cached_estimate(&prompt);
             let predicted = outlook.first_token_ms(&ahead, expected_prefill, Instant::now());
-            if predicted > limit_ms as f64 {
-                return Err(Rejected::WouldWaitTooLong { predicted_ms: predicted as u64, limit_ms });
+            // Refused only if even its likely wait (the forecast's p90) is too long.
+            let likely = outlook.likely_wait_ms(predicted);
+            if likely > limit_ms as f64 {
+                return Err(Rejected::WouldWaitTooLong { predicted_ms: likely as u64, limit_ms });
             }
+            forecast_ms = Some(predicted);
         }
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
@@ -186,6 +190,7 @@ impl Engine {
             logprobs: request.logprobs,
             prompt_logprobs: request.prompt_logprobs,
             submitted: Instant::now(),
+            forecast_ms,
             events,
         };
         match inner.queue.push(pending) {

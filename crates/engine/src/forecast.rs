@@ -11,8 +11,14 @@
 //! waiting ahead of the new one. The model is deliberately simple: a step costs a decode
 //! part plus a per-prompt-token part, a running request is expected to produce as many
 //! tokens as recent requests did (never more than its `max_tokens`).
+//!
+//! That model predicts a typical wait, and its error varies by machine and load (at the
+//! knee it over-predicted: most requests it would have refused made their objective).
+//! So admission judges the *likely* wait instead: the prediction times the 90th
+//! percentile of recent admitted requests' actual ÷ predicted waits, measured. A limit
+//! equal to the TTFT objective then means what it says.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
@@ -22,6 +28,15 @@ use crate::runtime::TokenId;
 
 /// Smoothing of the measured costs: recent steps dominate, one odd step does not.
 const SMOOTHING: f64 = 0.1;
+
+/// Admitted requests whose forecast error is remembered, and how many must be before the
+/// error is used (until then the prediction stands as it is).
+const WAIT_ERRORS_KEPT: usize = 64;
+const WAIT_ERRORS_NEEDED: usize = 8;
+
+/// Added to both waits before their ratio is taken: a forecast of 20 ms that took 60 is
+/// not three times wrong in any way that matters to a limit of a second.
+const WAIT_ERROR_FLOOR_MS: f64 = 100.0;
 
 /// What the engine thread last measured and expects.
 #[derive(Debug, Clone)]
@@ -41,6 +56,9 @@ pub(crate) struct Outlook {
     /// Tokens one step computes at most: a short prompt waits for the step in progress,
     /// not for every long prompt ahead (see `prefill_plan`).
     pub step_tokens: usize,
+    /// The 90th percentile of recent (actual + floor) ÷ (predicted + floor) waits; 1 until
+    /// enough were measured.
+    pub wait_error_p90: f64,
 }
 
 /// Measured step costs.
@@ -98,6 +116,8 @@ pub(crate) struct Forecaster {
     frozen: bool,
     /// The TPOT objective (ms) and the prompt tokens it lets the current step prefill.
     prefill_cap: Option<(f64, usize)>,
+    /// Recent admitted requests' (actual + floor) ÷ (predicted + floor) waits, oldest first.
+    wait_errors: VecDeque<f64>,
 }
 
 /// What a decode-only step costs by how many rows it computes (a row per generating
@@ -105,10 +125,14 @@ pub(crate) struct Forecaster {
 /// SmolLM2 on two cores at ~650 cached tokens, 1 row took 9 ms, 2 rows 22 ms, 9 rows 56 ms
 /// (llama.cpp's one-row path is its fastest), so a short draft can cost more than it saves
 /// where a long one pays. Rows never measured are priced from the nearest measured count
-/// below, each further row at `PRIOR_ROW_SHARE` of a one-row step.
+/// below, each further row at what a prompt token costs in a prefill (a wide step computes
+/// rows as a prefill does: ~5 ms each there, against 17 ms for a one-row step at ~900
+/// cached tokens), or at `PRIOR_ROW_SHARE` of a one-row step if that is less or unknown.
 #[derive(Debug, Clone)]
 pub(crate) struct RowCosts {
     ms: [Option<f64>; ROW_COUNTS],
+    /// The measured cost of a prompt token in a prefill.
+    prompt_token_ms: Option<f64>,
 }
 
 /// Row counts priced apart; beyond, the last is extrapolated.
@@ -119,7 +143,7 @@ const PRIOR_ROW_SHARE: f64 = 0.5;
 
 impl Default for RowCosts {
     fn default() -> Self {
-        Self { ms: [None; ROW_COUNTS] }
+        Self { ms: [None; ROW_COUNTS], prompt_token_ms: None }
     }
 }
 
@@ -150,7 +174,8 @@ impl RowCosts {
             return *ms;
         }
         let below = (1..rows.min(ROW_COUNTS)).rev().find_map(|r| self.ms[r].map(|ms| (r, ms))).unwrap_or((1, one));
-        below.1 + (rows - below.0) as f64 * PRIOR_ROW_SHARE * one
+        let further_row_ms = self.prompt_token_ms.map_or(f64::INFINITY, |ms| ms).min(PRIOR_ROW_SHARE * one);
+        below.1 + (rows - below.0) as f64 * further_row_ms
     }
 }
 
@@ -181,7 +206,27 @@ impl Forecaster {
             rows: RowCosts::default(),
             frozen: false,
             prefill_cap: None,
+            wait_errors: VecDeque::with_capacity(WAIT_ERRORS_KEPT),
         }
+    }
+
+    /// A request admitted with a predicted wait of `predicted_ms` had its first token after
+    /// `waited_ms`.
+    pub fn observe_wait(&mut self, predicted_ms: f64, waited_ms: f64) {
+        if self.wait_errors.len() == WAIT_ERRORS_KEPT {
+            self.wait_errors.pop_front();
+        }
+        self.wait_errors.push_back((waited_ms + WAIT_ERROR_FLOOR_MS) / (predicted_ms + WAIT_ERROR_FLOOR_MS));
+    }
+
+    /// The 90th percentile of the remembered errors (1 while too few are).
+    fn wait_error_p90(&self) -> f64 {
+        if self.wait_errors.len() < WAIT_ERRORS_NEEDED {
+            return 1.0;
+        }
+        let mut sorted: Vec<f64> = self.wait_errors.iter().copied().collect();
+        sorted.sort_by(f64::total_cmp);
+        sorted[(sorted.len() * 9).div_ceil(10) - 1]
     }
 
     /// Prompt tokens a step can add beside `decode_rows` generating rows and take at most
@@ -213,6 +258,9 @@ impl Forecaster {
     pub fn observe_step(&mut self, took_ms: f64, decode_tokens: usize, prefill_tokens: usize) {
         if !self.frozen {
             self.costs.observe(took_ms, decode_tokens, prefill_tokens);
+            if prefill_tokens > 0 {
+                self.rows.prompt_token_ms = Some(self.costs.prefill_token_ms);
+            }
         }
     }
 
@@ -267,6 +315,7 @@ impl Forecaster {
             outlook.costs = costs;
             outlook.expected_completion = expected_completion;
             outlook.step_tokens = self.step_tokens;
+            outlook.wait_error_p90 = self.wait_error_p90();
         });
     }
 }
@@ -281,7 +330,14 @@ impl Outlook {
             expected_completion: 128.0,
             cached_blocks: Arc::default(),
             step_tokens: usize::MAX,
+            wait_error_p90: 1.0,
         }
+    }
+
+    /// The wait a request predicted to wait `predicted_ms` is likely (p90) to have, by how
+    /// far recent predictions were off.
+    pub fn likely_wait_ms(&self, predicted_ms: f64) -> f64 {
+        (predicted_ms + WAIT_ERROR_FLOOR_MS) * self.wait_error_p90 - WAIT_ERROR_FLOOR_MS
     }
 
     /// Prompt tokens of `prompt` the engine holds KV for, to whole blocks (so at most a
@@ -348,6 +404,7 @@ mod tests {
             expected_completion: 100.0,
             cached_blocks: Arc::default(),
             step_tokens: 256,
+            wait_error_p90: 1.0,
         }
     }
 
@@ -441,5 +498,49 @@ mod tests {
         rows.observe(2, 12.0);
         assert!((rows.price(2, 10.0) - 21.0).abs() < 1e-9, "smoothed");
         assert_eq!(rows.price(500, 10.0), 21.0 + 498.0 * 4.5, "past the table: extrapolated");
+        // Once a prefill was measured, further rows cost what its prompt tokens did, if less.
+        rows.prompt_token_ms = Some(3.0);
+        assert_eq!(rows.price(5, 10.0), 21.0 + 3.0 * 3.0);
+        rows.prompt_token_ms = Some(8.0);
+        assert_eq!(rows.price(5, 10.0), 21.0 + 3.0 * 4.5);
+    }
+
+    #[test]
+    fn a_measured_prefill_prices_the_rows_of_wide_draft_steps() {
+        let mut forecaster = Forecaster::new(256);
+        forecaster.observe_decode_rows(1, 17.0);
+        let before = forecaster.row_costs().step_ms(65);
+        // A 64-token prompt chunk beside one decode row: ~5 ms a prompt token.
+        for _ in 0..100 {
+            forecaster.observe_step(17.0 + 64.0 * 5.0, 1, 64);
+        }
+        let after = forecaster.row_costs().step_ms(65);
+        // The prompt tokens' share is learnt net of the decode part's prior cost (30 ms).
+        assert!((after - (17.0 + 64.0 * 5.0)).abs() < 20.0, "{before} -> {after}");
+        assert!(before > after);
+    }
+
+    #[test]
+    fn admission_judges_the_likely_wait_by_how_far_recent_forecasts_were_off() {
+        let mut forecaster = Forecaster::new(256);
+        let forecast = Forecast::new(1);
+        let likely = |forecaster: &Forecaster| {
+            forecaster.publish(&forecast, std::iter::empty(), None);
+            forecast.read().likely_wait_ms(900.0)
+        };
+        assert_eq!(likely(&forecaster), 900.0, "nothing measured: the prediction stands");
+        // Forecasts of 900 ms that took about 600: over-predicted by a third.
+        for waited in [560.0, 580.0, 600.0, 600.0, 620.0, 600.0, 590.0] {
+            forecaster.observe_wait(900.0, waited);
+        }
+        assert_eq!(likely(&forecaster), 900.0, "seven are too few");
+        forecaster.observe_wait(900.0, 640.0);
+        // p90 of eight: the 8th smallest, (640 + 100) / (900 + 100).
+        assert!((likely(&forecaster) - (1000.0 * 0.74 - 100.0)).abs() < 1e-9, "{}", likely(&forecaster));
+        // Later forecasts that came true, or late, take over as the old ones age out.
+        for _ in 0..WAIT_ERRORS_KEPT {
+            forecaster.observe_wait(400.0, 700.0);
+        }
+        assert!((likely(&forecaster) - (1000.0 * 800.0 / 500.0 - 100.0)).abs() < 1e-9);
     }
 }

@@ -17,6 +17,7 @@ mod error;
 mod forecast;
 mod host_cache;
 mod llama;
+mod ngram_pool;
 mod prefill_plan;
 mod prefix_cache;
 mod queue;

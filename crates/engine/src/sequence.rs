@@ -12,10 +12,6 @@ use rillm_backend::{
     Completion, FinishReason, PromptToken, SamplingParams, ServerTimings, StreamEvent, TokenLogprob, Usage,
 };
 
-/// Draft acceptance assumed for a sequence before anything was drafted or predicted
-/// (`speculate`): a few of its tokens checked against prompt lookup settle it either way.
-const PRIOR_ACCEPTANCE: f64 = 0.5;
-
 /// A request waiting for a sequence slot, already tokenized and validated.
 #[derive(Debug)]
 pub(crate) struct PendingRequest {
@@ -39,6 +35,9 @@ pub(crate) struct PendingRequest {
     /// Alternatives per prompt token when the prompt is to be scored (`None`: not asked).
     pub prompt_logprobs: Option<u32>,
     pub submitted: Instant,
+    /// The wait for its first token predicted at admission (`--max-queue-ms`), to learn
+    /// the forecast's error from once the first token comes.
+    pub forecast_ms: Option<f64>,
     pub events: UnboundedSender<StreamEvent>,
 }
 
@@ -59,6 +58,7 @@ impl PendingRequest {
             stop: self.stop.clone(),
             constraint: self.constraint.clone(),
             events: self.events.clone(),
+            forecast_ms: None,
             ..*self
         }
     }
@@ -102,8 +102,9 @@ pub(crate) struct Sequence {
     pub forks: Vec<usize>,
     /// Tokens drafted for this step, fed after the uncached generated ones (`speculate`).
     pub drafts: Vec<TokenId>,
-    /// Share of drafted tokens the model kept, smoothed: how deep the next draft goes.
-    pub acceptance: f64,
+    /// How often the model keeps drafted tokens, by where they came from: how deep the
+    /// next draft goes.
+    pub acceptance: crate::speculate::Acceptance,
     /// The token prompt lookup expected next when no draft was fed: checked against the
     /// sampled one, so the acceptance estimate keeps learning while nothing is drafted.
     pub predicted: Option<TokenId>,
@@ -129,7 +130,7 @@ impl Sequence {
             awaits_fork: false,
             forks: Vec::new(),
             drafts: Vec::new(),
-            acceptance: PRIOR_ACCEPTANCE,
+            acceptance: Default::default(),
             predicted: None,
             token_bytes: Vec::with_capacity(32),
             admitted: Instant::now(),
@@ -284,6 +285,14 @@ impl Sequence {
     /// a forced token has none, so a request with log-probabilities forces none).
     pub fn note_logprob(&mut self, logprob: TokenLogprob) {
         self.unsent_logprobs.push_back(logprob);
+    }
+
+    /// Once its first token came: the wait predicted at admission and the wait it had, in
+    /// milliseconds (`None` before, after, and for requests admitted without a forecast).
+    pub fn take_forecast_outcome(&mut self) -> Option<(f64, f64)> {
+        let first = self.first_token_at?;
+        let predicted = self.request.forecast_ms.take()?;
+        Some((predicted, first.saturating_duration_since(self.request.submitted).as_secs_f64() * 1000.0))
     }
 
     /// Sends whatever text is held back (a constraint's output is complete).

@@ -8,10 +8,19 @@
 //! verification (they take the positions the rest was fed at). How many tokens to draft
 //! is priced here: on a CPU an extra row costs about a prompt token's compute, which a
 //! draft repays only where it is likely to be accepted.
+//!
+//! A sequence whose last `COPY_MATCH` tokens all occurred before is copying (code being
+//! repeated or edited, a quoted passage): what followed there is likely to follow whole,
+//! so such a draft may run to `MAX_COPY_DRAFT` tokens (llama.cpp's `ngram-mod` drafts
+//! 48-64 after a 24-token match). A wide verification step costs per row about what a
+//! prompt token does, far less than a one-row step per token, so a long run kept whole is
+//! where drafting pays most. Copies keep their own acceptance estimate. Where the
+//! sequence's own tokens hold no copy, earlier requests' may (`ngram_pool`).
 
 use crate::forecast::DraftPrices;
 #[cfg(test)]
 use crate::forecast::RowCosts;
+use crate::ngram_pool::NgramPool;
 use crate::runtime::TokenId;
 use crate::sequence::Sequence;
 
@@ -20,8 +29,18 @@ use crate::sequence::Sequence;
 const MAX_NGRAM: usize = 4;
 const MIN_NGRAM: usize = 2;
 
-/// Most tokens drafted for one sequence in one step.
+/// Most tokens drafted for one sequence in one step from a short suffix match.
 pub(crate) const MAX_DRAFT: usize = rillm_backend::DRAFT_POSITIONS;
+
+/// Tokens that must match an earlier run for the sequence to count as copying it.
+const COPY_MATCH: usize = crate::ngram_pool::KEY_TOKENS;
+
+/// Most tokens drafted in one step from a copy.
+pub(crate) const MAX_COPY_DRAFT: usize = 64;
+
+/// Per-token acceptance assumed for copies before one was verified: high enough that a
+/// copy is tried at a moderate length, which its outcome then lengthens or ends.
+const PRIOR_COPY_ACCEPTANCE: f64 = 0.9;
 
 /// A draft must promise this much more output per millisecond than no draft: prices are
 /// measured on a noisy machine, and a draft that only breaks even costs latency.
@@ -30,11 +49,12 @@ const MIN_GAIN: f64 = 1.05;
 /// How quickly a sequence's acceptance estimate follows its latest verified drafts.
 const ACCEPTANCE_SMOOTHING: f64 = 0.3;
 
-/// Sets each generating sequence's drafts for the next step: what prompt lookup finds, as
-/// deep as pays at this step's size, within `budget` extra rows in all. `history` is a
-/// buffer, reused across steps.
+/// Sets each generating sequence's drafts for the next step: what prompt lookup finds (in
+/// its own tokens, else a copy from `pool`), as deep as pays at this step's size, within
+/// `budget` extra rows in all. `history` is a buffer, reused across steps.
 pub(crate) fn propose_drafts(
     slots: &mut [Option<Sequence>],
+    pool: &NgramPool,
     prices: DraftPrices,
     ctx_limit: u32,
     mut budget: usize,
@@ -44,39 +64,70 @@ pub(crate) fn propose_drafts(
     for seq in slots.iter_mut().flatten() {
         seq.drafts.clear();
         seq.predicted = None;
-        let room = seq.draft_room(ctx_limit).min(budget).min(MAX_DRAFT);
+        let room = seq.draft_room(ctx_limit).min(budget);
         if room == 0 || seq.uncached_generated().len() != 1 {
             continue;
         }
         seq.history_into(history);
-        let found = lookup_draft(history, room);
+        let mut found = lookup_draft(history, room);
+        if found.source == DraftSource::Suffix {
+            let pooled = pool.lookup(history, room.min(MAX_COPY_DRAFT));
+            if !pooled.is_empty() {
+                found = Found { tokens: pooled, source: DraftSource::Copy };
+            }
+        }
         // Under a constraint, only the part of the draft the grammar accepts can be kept.
-        let found = &found[..seq.constraint_allows(found)];
-        let k = draft_len(found.len(), seq.acceptance, rows, prices);
+        let tokens = &found.tokens[..seq.constraint_allows(found.tokens)];
+        seq.acceptance.source = found.source;
+        let k = draft_len(tokens.len(), seq.acceptance.current(), rows, prices);
         // Not drafting still teaches: was the lookup's first token the model's next?
-        seq.predicted = if k == 0 { found.first().copied() } else { None };
-        seq.drafts.extend_from_slice(&found[..k]);
+        seq.predicted = if k == 0 { tokens.first().copied() } else { None };
+        seq.drafts.extend_from_slice(&tokens[..k]);
         budget -= k;
         rows += k;
     }
 }
 
-/// Tokens that followed the latest earlier occurrence of the longest suffix of `history`
-/// (of `MAX_NGRAM` down to `MIN_NGRAM` tokens) that occurred before, at most `max` of
-/// them; empty when no suffix recurs.
-pub(crate) fn lookup_draft(history: &[TokenId], max: usize) -> &[TokenId] {
-    let len = history.len();
-    for n in (MIN_NGRAM..=MAX_NGRAM.min(len.saturating_sub(1))).rev() {
-        let suffix = &history[len - n..];
-        // The latest earlier match: most like what comes next (code being repeated, the
-        // current paragraph of a quoted text).
-        let found = (0..len - n).rev().find(|&start| &history[start..start + n] == suffix);
-        if let Some(start) = found {
-            let from = start + n;
-            return &history[from..(from + max).min(len)];
-        }
+/// Where a draft came from: each kind has its own acceptance estimate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DraftSource {
+    /// A short suffix (`MIN_NGRAM`..`MAX_NGRAM` tokens) occurred before.
+    Suffix,
+    /// The last `COPY_MATCH` tokens occurred before: the sequence is copying.
+    Copy,
+}
+
+/// A lookup's proposal: up to `MAX_DRAFT` tokens from a suffix match, `MAX_COPY_DRAFT`
+/// from a copy.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Found<'a> {
+    pub tokens: &'a [TokenId],
+    pub source: DraftSource,
+}
+
+/// What followed an earlier occurrence of the end of `history`, at most `max` tokens: after
+/// the latest earlier copy of its last `COPY_MATCH` tokens if there is one, else after the
+/// latest occurrence of its longest suffix of `MAX_NGRAM` down to `MIN_NGRAM` tokens
+/// (empty when none recurs).
+pub(crate) fn lookup_draft(history: &[TokenId], max: usize) -> Found<'_> {
+    let after = |from: usize, most: usize| &history[from..(from + most).min(history.len())];
+    if let Some(from) = latest_earlier(history, COPY_MATCH) {
+        return Found { tokens: after(from, max.min(MAX_COPY_DRAFT)), source: DraftSource::Copy };
     }
-    &[]
+    let short = (MIN_NGRAM..=MAX_NGRAM).rev().find_map(|n| latest_earlier(history, n));
+    Found { tokens: short.map_or(&[][..], |from| after(from, max.min(MAX_DRAFT))), source: DraftSource::Suffix }
+}
+
+/// Where the tokens after the latest earlier occurrence of `history`'s last `n` tokens
+/// begin. The latest is most like what comes next (code being repeated, the current
+/// paragraph of a quoted text).
+fn latest_earlier(history: &[TokenId], n: usize) -> Option<usize> {
+    let len = history.len();
+    if n == 0 || len <= n {
+        return None;
+    }
+    let suffix = &history[len - n..];
+    (0..len - n).rev().find(|&start| &history[start..start + n] == suffix).map(|start| start + n)
 }
 
 /// How many of `available` drafted tokens to feed: the count that most raises the step's
@@ -90,7 +141,7 @@ pub(crate) fn draft_len(available: usize, acceptance: f64, rows: usize, prices: 
     let mut best = (0, base * MIN_GAIN);
     let mut expected = 0.0;
     let mut reach = 1.0;
-    for k in 1..=available.min(MAX_DRAFT) {
+    for k in 1..=available {
         reach *= acceptance;
         expected += reach;
         let rate = (rows as f64 + expected) / prices.step_ms(rows + k).max(1e-3);
@@ -101,13 +152,51 @@ pub(crate) fn draft_len(available: usize, acceptance: f64, rows: usize, prices: 
     best.0
 }
 
-/// A sequence's acceptance estimate after `accepted` of `drafted` tokens were kept.
-pub(crate) fn updated_acceptance(acceptance: f64, drafted: usize, accepted: usize) -> f64 {
-    if drafted == 0 {
-        return acceptance;
+/// A sequence's per-token acceptance estimates, one per draft source, and the source of
+/// its latest lookup (which the next verification teaches).
+#[derive(Debug, Clone)]
+pub(crate) struct Acceptance {
+    suffix: f64,
+    copy: f64,
+    pub source: DraftSource,
+}
+
+impl Default for Acceptance {
+    fn default() -> Self {
+        Self { suffix: PRIOR_ACCEPTANCE, copy: PRIOR_COPY_ACCEPTANCE, source: DraftSource::Suffix }
     }
-    let observed = accepted as f64 / drafted as f64;
-    acceptance + ACCEPTANCE_SMOOTHING * (observed - acceptance)
+}
+
+/// Suffix-match acceptance assumed before anything was drafted or predicted: a few of a
+/// sequence's tokens checked against prompt lookup settle it either way.
+const PRIOR_ACCEPTANCE: f64 = 0.5;
+
+impl Acceptance {
+    /// The estimate for the latest lookup's source.
+    pub fn current(&self) -> f64 {
+        match self.source {
+            DraftSource::Suffix => self.suffix,
+            DraftSource::Copy => self.copy,
+        }
+    }
+
+    /// `accepted` of `drafted` tokens from the latest lookup were kept. Suffix drafts
+    /// follow the share kept. A copy's draft is long and ends at its first miss, so its
+    /// share kept would understate the per-token chance `draft_len` prices: a copy
+    /// follows kept ÷ (kept + misses) instead, the chance's maximum-likelihood estimate.
+    pub fn observe(&mut self, drafted: usize, accepted: usize) {
+        if drafted == 0 {
+            return;
+        }
+        let (estimate, observed) = match self.source {
+            DraftSource::Suffix => (&mut self.suffix, accepted as f64 / drafted as f64),
+            DraftSource::Copy => {
+                let missed = usize::from(accepted < drafted);
+                (&mut self.copy, accepted as f64 / (accepted + missed) as f64)
+            }
+        };
+        *estimate += ACCEPTANCE_SMOOTHING * (observed - *estimate);
+    }
 }
 
 #[cfg(test)]
@@ -117,20 +206,47 @@ mod tests {
     #[test]
     fn the_longest_recurring_suffix_proposes_what_followed_it_last() {
         // "a b c d" then later "x b c" : suffix [b, c] recurs, followed by d.
+        let suffix = |history: &[TokenId], max: usize| {
+            let found = lookup_draft(history, max);
+            assert_eq!(found.source, DraftSource::Suffix);
+            found.tokens.to_vec()
+        };
         let history = [1, 2, 3, 4, 9, 2, 3];
-        assert_eq!(lookup_draft(&history, 4), [4, 9, 2, 3]);
-        assert_eq!(lookup_draft(&history, 2), [4, 9]);
+        assert_eq!(suffix(&history, 4), [4, 9, 2, 3]);
+        assert_eq!(suffix(&history, 2), [4, 9]);
         // The latest occurrence wins, and a longer match beats a shorter one.
         let history = [7, 1, 2, 5, 8, 1, 2, 6, 3, 1, 2];
-        assert_eq!(lookup_draft(&history, 1), [6]);
+        assert_eq!(suffix(&history, 1), [6]);
         let history = [5, 1, 2, 3, 4, 0, 1, 2, 6, 2, 3, 0, 1, 2];
-        assert_eq!(lookup_draft(&history, 2), [6, 2], "[0, 1, 2] recurs; [1, 2] alone would say 6 too, [2] says 3");
+        assert_eq!(suffix(&history, 2), [6, 2], "[0, 1, 2] recurs; [1, 2] alone would say 6 too, [2] says 3");
         // Nothing recurs, or only one token of context: no draft.
-        assert!(lookup_draft(&[1, 2, 3, 4], 4).is_empty());
-        assert!(lookup_draft(&[1, 2, 3, 1], 4).is_empty());
-        assert!(lookup_draft(&[], 4).is_empty());
-        // A draft never reaches past the end of the history.
-        assert_eq!(lookup_draft(&[1, 2, 1, 2], 8), [1, 2]);
+        assert!(suffix(&[1, 2, 3, 4], 4).is_empty());
+        assert!(suffix(&[1, 2, 3, 1], 4).is_empty());
+        assert!(suffix(&[], 4).is_empty());
+        // A draft never reaches past the end of the history, nor past `MAX_DRAFT`.
+        assert_eq!(suffix(&[1, 2, 1, 2], 8), [1, 2]);
+        let long: Vec<TokenId> = (0..40).chain(0..3).collect();
+        assert_eq!(suffix(&long, 100), (3..3 + MAX_DRAFT as TokenId).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_sequence_repeating_a_long_run_drafts_the_rest_of_it_as_a_copy() {
+        // A source file of 200 distinct tokens, then the start of it again.
+        let source: Vec<TokenId> = (1000..1200).collect();
+        let mut history: Vec<TokenId> = source.iter().copied().chain([7, 7]).collect();
+        history.extend_from_slice(&source[..COPY_MATCH]);
+        let found = lookup_draft(&history, 500);
+        assert_eq!(found.source, DraftSource::Copy);
+        assert_eq!(found.tokens, &source[COPY_MATCH..COPY_MATCH + MAX_COPY_DRAFT]);
+        assert_eq!(lookup_draft(&history, 10).tokens, &source[COPY_MATCH..COPY_MATCH + 10], "within the room");
+        // One token short of the copy length: a suffix draft, as short as those are.
+        history.truncate(history.len() - 1);
+        let found = lookup_draft(&history, 500);
+        assert_eq!((found.source, found.tokens.len()), (DraftSource::Suffix, MAX_DRAFT));
+        // A copy drafts what followed its match up to the end of the history, no further.
+        let mut history = source[..100].to_vec();
+        history.extend_from_slice(&source[50..80]);
+        assert_eq!(lookup_draft(&history, 500).tokens, &history[80..]);
     }
 
     #[test]
@@ -161,11 +277,35 @@ mod tests {
     }
 
     #[test]
-    fn acceptance_follows_what_was_kept() {
-        let a = updated_acceptance(0.6, 4, 4);
-        assert!(a > 0.6 && a <= 1.0, "{a}");
-        let b = updated_acceptance(0.6, 4, 0);
-        assert!((0.0..0.6).contains(&b));
-        assert_eq!(updated_acceptance(0.6, 0, 0), 0.6);
+    fn acceptance_follows_what_was_kept_per_source() {
+        let mut a = Acceptance::default();
+        let prior = (a.suffix, a.copy);
+        a.observe(4, 4);
+        assert!(a.suffix > prior.0 && a.suffix <= 1.0, "{a:?}");
+        a.observe(4, 0);
+        a.observe(4, 0);
+        assert!(a.suffix < prior.0, "{a:?}");
+        a.observe(0, 0);
+        assert_eq!(a.copy, prior.1, "suffix drafts teach nothing of copies");
+        // A copy of 64 that missed at its 40th token: 39 of 40 chances taken, not 39 of 64.
+        a.source = DraftSource::Copy;
+        let before = a.current();
+        a.observe(64, 39);
+        let observed = 39.0 / 40.0;
+        assert!((a.current() - (before + ACCEPTANCE_SMOOTHING * (observed - before))).abs() < 1e-9);
+        let before = a.current();
+        a.observe(64, 64);
+        assert!(a.current() > before, "a copy kept whole raises it: {a:?}");
+    }
+
+    #[test]
+    fn a_copy_kept_whole_drafts_deeper_where_wide_steps_are_cheap_per_row() {
+        // As measured on CPU at ~900 cached tokens: one row 17 ms, then ~5 ms a row.
+        let cpu = RowCosts::linear(17.0, 5.0);
+        let prices = DraftPrices::new(&cpu, 17.0);
+        let at = |acceptance| draft_len(MAX_COPY_DRAFT, acceptance, 1, prices);
+        assert!(at(0.99) > MAX_DRAFT, "{}", at(0.99));
+        assert!(at(0.9) <= at(0.99));
+        assert_eq!(at(0.3), 0);
     }
 }

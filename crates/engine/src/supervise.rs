@@ -64,6 +64,7 @@ mod tests {
             constraint: None,
             logprobs: None,
             submitted: Instant::now(),
+            forecast_ms: None,
             events,
         };
         (request, receiver)

@@ -55,7 +55,7 @@ pub(crate) fn decode_next(
     if let Some(predicted) = predicted {
         // As if one token had been drafted.
         let kept = usize::from(predicted == token);
-        seq.acceptance = crate::speculate::updated_acceptance(seq.acceptance, 1, kept);
+        seq.acceptance.observe(1, kept);
     }
     Ok(finished)
 }
@@ -118,7 +118,7 @@ pub(crate) fn verify(
             break;
         }
     }
-    seq.acceptance = crate::speculate::updated_acceptance(seq.acceptance, verified.drafted, verified.accepted);
+    seq.acceptance.observe(verified.drafted, verified.accepted);
     Ok(verified)
 }
 

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::forecast::{Forecaster, SlotLoad};
+use crate::ngram_pool::NgramPool;
 use crate::queue::WaitQueue;
 use crate::runtime::{BatchToken, Executor, Tokenizer};
 use crate::sequence::{PendingRequest, Sequence};
@@ -80,6 +81,8 @@ pub(crate) struct Scheduler<E: Executor> {
     tpot_slo_ms: Option<u32>,
     /// A sequence's tokens, gathered for prompt lookup (a buffer reused across steps).
     history: Vec<rillm_backend::TokenId>,
+    /// Finished sequences' tokens, to draft from where a sequence goes on like one of them.
+    ngram_pool: NgramPool,
 }
 
 impl<E: Executor> Scheduler<E> {
@@ -116,6 +119,7 @@ impl<E: Executor> Scheduler<E> {
             speculative,
             tpot_slo_ms,
             history: Vec::new(),
+            ngram_pool: NgramPool::default(),
         }
     }
 
@@ -222,7 +226,7 @@ impl<E: Executor> Scheduler<E> {
             let budget = self.batch.draft_budget(&self.slots);
             let ctx_limit = self.executor.ctx_per_sequence();
             let prices = self.forecaster.row_costs();
-            speculate::propose_drafts(&mut self.slots, prices, ctx_limit, budget, &mut self.history);
+            speculate::propose_drafts(&mut self.slots, &self.ngram_pool, prices, ctx_limit, budget, &mut self.history);
         }
         let prefill_cap = self.prefill_cap();
         self.batch.plan(&mut self.slots, &self.admission_order, &mut self.executor, &self.stats, prefill_cap);
@@ -299,6 +303,9 @@ impl<E: Executor> Scheduler<E> {
                     verified.finished
                 })
             };
+            if let Some((predicted, waited)) = seq.take_forecast_outcome() {
+                self.forecaster.observe_wait(predicted, waited);
+            }
             match decoded {
                 Ok(None) => {}
                 Ok(Some(reason)) => self.release(slot, reason, None),
@@ -335,8 +342,13 @@ impl<E: Executor> Scheduler<E> {
         let (id, first_choice) = (seq.request.id, seq.request.index == 0);
         // Choices still waiting for this one's prompt end with it.
         let forks = seq.forks.clone();
+        let ended_on_its_own = matches!(reason, FinishReason::Eos | FinishReason::Stop | FinishReason::Length);
+        if ended_on_its_own && self.speculative {
+            seq.history_into(&mut self.history);
+            self.ngram_pool.insert(&self.history);
+        }
         let completion = seq.finish(reason, error.clone());
-        if matches!(reason, FinishReason::Eos | FinishReason::Stop | FinishReason::Length) {
+        if ended_on_its_own {
             self.forecaster.observe_completion(completion.usage.completion_tokens);
         }
         tracing::debug!(id, reason = reason.as_str(), tokens = completion.usage.completion_tokens, "sequence released");

@@ -246,6 +246,7 @@ impl Harness {
             constraint: None,
             logprobs: None,
             submitted: Instant::now(),
+            forecast_ms: None,
             events,
         };
         adjust(&mut request);

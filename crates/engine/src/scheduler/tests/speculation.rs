@@ -73,6 +73,51 @@ fn drafts_stop_at_max_tokens_and_off_means_one_token_a_step() {
     assert_eq!(off.scheduler.stats.snapshot().speculation.drafts, 0);
 }
 
+/// `len` letters with no pattern to them (a fixed generator), standing for a source file.
+fn patternless(len: usize) -> String {
+    let mut state: u32 = 12345;
+    (0..len)
+        .map(|_| {
+            state = state.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            char::from(b'a' + ((state >> 16) % 26) as u8)
+        })
+        .collect()
+}
+
+#[test]
+fn a_sequence_copying_an_earlier_run_drafts_past_the_short_limit_and_output_is_unchanged() {
+    // A "file" in the prompt, then its first 20 letters: the model goes on copying it.
+    let file = patternless(150);
+    let script = format!("{file}{file}");
+    let (plain, _, plain_steps, _) = generate(&script, 170, 120, false);
+    let (fast, _, steps, h) = generate(&script, 170, 120, true);
+    assert_eq!(plain, &file[20..140]);
+    assert_eq!(fast, plain, "speculation changes no token");
+    let widest = h.scheduler.executor.batches.iter().skip(1).map(Vec::len).max().unwrap_or(0);
+    assert!(widest > crate::speculate::MAX_DRAFT + 1, "a copy draft beyond {}: {widest}", crate::speculate::MAX_DRAFT);
+    assert!(steps * 6 < plain_steps, "{steps} steps against {plain_steps}");
+    let spec = h.scheduler.stats.snapshot().speculation;
+    assert_eq!(spec.accepted_tokens, spec.draft_tokens, "{spec:?}");
+}
+
+#[test]
+fn a_request_asked_again_drafts_the_earlier_answer_from_the_pool() {
+    let file = patternless(150);
+    let mut h = scripted(&file, true);
+    let mut first = h.submit_n(&file[..40], 100);
+    h.run_to_idle();
+    let first_steps = h.scheduler.executor.batches.len();
+    let kept_before = h.scheduler.stats.snapshot().speculation.accepted_tokens;
+    let mut again = h.submit_n(&file[..40], 100);
+    h.run_to_idle();
+    let again_steps = h.scheduler.executor.batches.len() - first_steps;
+    assert_eq!(drain(&mut first).0, &file[40..140]);
+    assert_eq!(drain(&mut again).0, &file[40..140], "the model's output, as before");
+    let kept = h.scheduler.stats.snapshot().speculation.accepted_tokens - kept_before;
+    assert!(kept >= 80, "most of the answer came from the pool's draft: {kept}");
+    assert!(again_steps * 4 < first_steps, "{again_steps} steps against {first_steps}");
+}
+
 #[test]
 fn sampled_output_is_the_models_distribution_draw_for_draw() {
     // A "model" that says a, b or c with probabilities 0.6, 0.3, 0.1 whatever came before:
