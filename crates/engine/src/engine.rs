@@ -166,10 +166,8 @@ impl Engine {
             let outlook = inner.stats.forecast.read();
             expected_prefill -= outlook.cached_estimate(&prompt);
             let predicted = outlook.first_token_ms(&ahead, expected_prefill, Instant::now());
-            // Refused only if even its likely wait (the forecast's p90) is too long.
-            let likely = outlook.likely_wait_ms(predicted);
-            if likely > limit_ms as f64 {
-                return Err(Rejected::WouldWaitTooLong { predicted_ms: likely as u64, limit_ms });
+            if predicted > limit_ms as f64 {
+                return Err(Rejected::WouldWaitTooLong { predicted_ms: predicted as u64, limit_ms });
             }
             forecast_ms = Some(predicted);
         }

@@ -11,14 +11,8 @@
 //! waiting ahead of the new one. The model is deliberately simple: a step costs a decode
 //! part plus a per-prompt-token part, a running request is expected to produce as many
 //! tokens as recent requests did (never more than its `max_tokens`).
-//!
-//! That model predicts a typical wait, and its error varies by machine and load (at the
-//! knee it over-predicted: most requests it would have refused made their objective).
-//! So admission judges the *likely* wait instead: the prediction times the 90th
-//! percentile of recent admitted requests' actual ÷ predicted waits, measured. A limit
-//! equal to the TTFT objective then means what it says.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
@@ -28,15 +22,6 @@ use crate::runtime::TokenId;
 
 /// Smoothing of the measured costs: recent steps dominate, one odd step does not.
 const SMOOTHING: f64 = 0.1;
-
-/// Admitted requests whose forecast error is remembered, and how many must be before the
-/// error is used (until then the prediction stands as it is).
-const WAIT_ERRORS_KEPT: usize = 64;
-const WAIT_ERRORS_NEEDED: usize = 8;
-
-/// Added to both waits before their ratio is taken: a forecast of 20 ms that took 60 is
-/// not three times wrong in any way that matters to a limit of a second.
-const WAIT_ERROR_FLOOR_MS: f64 = 100.0;
 
 /// What the engine thread last measured and expects.
 #[derive(Debug, Clone)]
@@ -56,9 +41,6 @@ pub(crate) struct Outlook {
     /// Tokens one step computes at most: a short prompt waits for the step in progress,
     /// not for every long prompt ahead (see `prefill_plan`).
     pub step_tokens: usize,
-    /// The 90th percentile of recent (actual + floor) ÷ (predicted + floor) waits; 1 until
-    /// enough were measured.
-    pub wait_error_p90: f64,
 }
 
 /// Measured step costs.
@@ -116,8 +98,6 @@ pub(crate) struct Forecaster {
     frozen: bool,
     /// The TPOT objective (ms) and the prompt tokens it lets the current step prefill.
     prefill_cap: Option<(f64, usize)>,
-    /// Recent admitted requests' (actual + floor) ÷ (predicted + floor) waits, oldest first.
-    wait_errors: VecDeque<f64>,
 }
 
 /// What a decode-only step costs by how many rows it computes (a row per generating
@@ -206,27 +186,7 @@ impl Forecaster {
             rows: RowCosts::default(),
             frozen: false,
             prefill_cap: None,
-            wait_errors: VecDeque::with_capacity(WAIT_ERRORS_KEPT),
         }
-    }
-
-    /// A request admitted with a predicted wait of `predicted_ms` had its first token after
-    /// `waited_ms`.
-    pub fn observe_wait(&mut self, predicted_ms: f64, waited_ms: f64) {
-        if self.wait_errors.len() == WAIT_ERRORS_KEPT {
-            self.wait_errors.pop_front();
-        }
-        self.wait_errors.push_back((waited_ms + WAIT_ERROR_FLOOR_MS) / (predicted_ms + WAIT_ERROR_FLOOR_MS));
-    }
-
-    /// The 90th percentile of the remembered errors (1 while too few are).
-    fn wait_error_p90(&self) -> f64 {
-        if self.wait_errors.len() < WAIT_ERRORS_NEEDED {
-            return 1.0;
-        }
-        let mut sorted: Vec<f64> = self.wait_errors.iter().copied().collect();
-        sorted.sort_by(f64::total_cmp);
-        sorted[(sorted.len() * 9).div_ceil(10) - 1]
     }
 
     /// Prompt tokens a step can add beside `decode_rows` generating rows and take at most
@@ -315,7 +275,6 @@ impl Forecaster {
             outlook.costs = costs;
             outlook.expected_completion = expected_completion;
             outlook.step_tokens = self.step_tokens;
-            outlook.wait_error_p90 = self.wait_error_p90();
         });
     }
 }
@@ -330,14 +289,7 @@ impl Outlook {
             expected_completion: 128.0,
             cached_blocks: Arc::default(),
             step_tokens: usize::MAX,
-            wait_error_p90: 1.0,
         }
-    }
-
-    /// The wait a request predicted to wait `predicted_ms` is likely (p90) to have, by how
-    /// far recent predictions were off.
-    pub fn likely_wait_ms(&self, predicted_ms: f64) -> f64 {
-        (predicted_ms + WAIT_ERROR_FLOOR_MS) * self.wait_error_p90 - WAIT_ERROR_FLOOR_MS
     }
 
     /// Prompt tokens of `prompt` the engine holds KV for, to whole blocks (so at most a
@@ -404,7 +356,6 @@ mod tests {
             expected_completion: 100.0,
             cached_blocks: Arc::default(),
             step_tokens: 256,
-            wait_error_p90: 1.0,
         }
     }
 
@@ -518,29 +469,5 @@ mod tests {
         // The prompt tokens' share is learnt net of the decode part's prior cost (30 ms).
         assert!((after - (17.0 + 64.0 * 5.0)).abs() < 20.0, "{before} -> {after}");
         assert!(before > after);
-    }
-
-    #[test]
-    fn admission_judges_the_likely_wait_by_how_far_recent_forecasts_were_off() {
-        let mut forecaster = Forecaster::new(256);
-        let forecast = Forecast::new(1);
-        let likely = |forecaster: &Forecaster| {
-            forecaster.publish(&forecast, std::iter::empty(), None);
-            forecast.read().likely_wait_ms(900.0)
-        };
-        assert_eq!(likely(&forecaster), 900.0, "nothing measured: the prediction stands");
-        // Forecasts of 900 ms that took about 600: over-predicted by a third.
-        for waited in [560.0, 580.0, 600.0, 600.0, 620.0, 600.0, 590.0] {
-            forecaster.observe_wait(900.0, waited);
-        }
-        assert_eq!(likely(&forecaster), 900.0, "seven are too few");
-        forecaster.observe_wait(900.0, 640.0);
-        // p90 of eight: the 8th smallest, (640 + 100) / (900 + 100).
-        assert!((likely(&forecaster) - (1000.0 * 0.74 - 100.0)).abs() < 1e-9, "{}", likely(&forecaster));
-        // Later forecasts that came true, or late, take over as the old ones age out.
-        for _ in 0..WAIT_ERRORS_KEPT {
-            forecaster.observe_wait(400.0, 700.0);
-        }
-        assert!((likely(&forecaster) - (1000.0 * 800.0 / 500.0 - 100.0)).abs() < 1e-9);
     }
 }

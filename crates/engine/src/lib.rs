@@ -12,6 +12,7 @@ mod attention_cost;
 mod chat;
 mod config;
 mod constraint;
+mod draft_acceptance;
 mod engine;
 mod error;
 mod forecast;

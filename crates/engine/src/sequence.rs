@@ -35,8 +35,8 @@ pub(crate) struct PendingRequest {
     /// Alternatives per prompt token when the prompt is to be scored (`None`: not asked).
     pub prompt_logprobs: Option<u32>,
     pub submitted: Instant,
-    /// The wait for its first token predicted at admission (`--max-queue-ms`), to learn
-    /// the forecast's error from once the first token comes.
+    /// The wait for its first token predicted at admission (`--max-queue-ms`), logged
+    /// beside the wait it had (debug level) to see how far the forecast is off.
     pub forecast_ms: Option<f64>,
     pub events: UnboundedSender<StreamEvent>,
 }
@@ -104,7 +104,7 @@ pub(crate) struct Sequence {
     pub drafts: Vec<TokenId>,
     /// How often the model keeps drafted tokens, by where they came from: how deep the
     /// next draft goes.
-    pub acceptance: crate::speculate::Acceptance,
+    pub acceptance: crate::draft_acceptance::Acceptance,
     /// The token prompt lookup expected next when no draft was fed: checked against the
     /// sampled one, so the acceptance estimate keeps learning while nothing is drafted.
     pub predicted: Option<TokenId>,

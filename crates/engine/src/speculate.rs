@@ -17,6 +17,7 @@
 //! where drafting pays most. Copies keep their own acceptance estimate. Where the
 //! sequence's own tokens hold no copy, earlier requests' may (`ngram_pool`).
 
+pub(crate) use crate::draft_acceptance::DraftSource;
 use crate::forecast::DraftPrices;
 #[cfg(test)]
 use crate::forecast::RowCosts;
@@ -38,16 +39,9 @@ const COPY_MATCH: usize = crate::ngram_pool::KEY_TOKENS;
 /// Most tokens drafted in one step from a copy.
 pub(crate) const MAX_COPY_DRAFT: usize = 64;
 
-/// Per-token acceptance assumed for copies before one was verified: high enough that a
-/// copy is tried at a moderate length, which its outcome then lengthens or ends.
-const PRIOR_COPY_ACCEPTANCE: f64 = 0.9;
-
 /// A draft must promise this much more output per millisecond than no draft: prices are
 /// measured on a noisy machine, and a draft that only breaks even costs latency.
 const MIN_GAIN: f64 = 1.05;
-
-/// How quickly a sequence's acceptance estimate follows its latest verified drafts.
-const ACCEPTANCE_SMOOTHING: f64 = 0.3;
 
 /// Sets each generating sequence's drafts for the next step: what prompt lookup finds (in
 /// its own tokens, else a copy from `pool`), as deep as pays at this step's size, within
@@ -86,15 +80,6 @@ pub(crate) fn propose_drafts(
         budget -= k;
         rows += k;
     }
-}
-
-/// Where a draft came from: each kind has its own acceptance estimate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum DraftSource {
-    /// A short suffix (`MIN_NGRAM`..`MAX_NGRAM` tokens) occurred before.
-    Suffix,
-    /// The last `COPY_MATCH` tokens occurred before: the sequence is copying.
-    Copy,
 }
 
 /// A lookup's proposal: up to `MAX_DRAFT` tokens from a suffix match, `MAX_COPY_DRAFT`
@@ -150,53 +135,6 @@ pub(crate) fn draft_len(available: usize, acceptance: f64, rows: usize, prices: 
         }
     }
     best.0
-}
-
-/// A sequence's per-token acceptance estimates, one per draft source, and the source of
-/// its latest lookup (which the next verification teaches).
-#[derive(Debug, Clone)]
-pub(crate) struct Acceptance {
-    suffix: f64,
-    copy: f64,
-    pub source: DraftSource,
-}
-
-impl Default for Acceptance {
-    fn default() -> Self {
-        Self { suffix: PRIOR_ACCEPTANCE, copy: PRIOR_COPY_ACCEPTANCE, source: DraftSource::Suffix }
-    }
-}
-
-/// Suffix-match acceptance assumed before anything was drafted or predicted: a few of a
-/// sequence's tokens checked against prompt lookup settle it either way.
-const PRIOR_ACCEPTANCE: f64 = 0.5;
-
-impl Acceptance {
-    /// The estimate for the latest lookup's source.
-    pub fn current(&self) -> f64 {
-        match self.source {
-            DraftSource::Suffix => self.suffix,
-            DraftSource::Copy => self.copy,
-        }
-    }
-
-    /// `accepted` of `drafted` tokens from the latest lookup were kept. Suffix drafts
-    /// follow the share kept. A copy's draft is long and ends at its first miss, so its
-    /// share kept would understate the per-token chance `draft_len` prices: a copy
-    /// follows kept ÷ (kept + misses) instead, the chance's maximum-likelihood estimate.
-    pub fn observe(&mut self, drafted: usize, accepted: usize) {
-        if drafted == 0 {
-            return;
-        }
-        let (estimate, observed) = match self.source {
-            DraftSource::Suffix => (&mut self.suffix, accepted as f64 / drafted as f64),
-            DraftSource::Copy => {
-                let missed = usize::from(accepted < drafted);
-                (&mut self.copy, accepted as f64 / (accepted + missed) as f64)
-            }
-        };
-        *estimate += ACCEPTANCE_SMOOTHING * (observed - *estimate);
-    }
 }
 
 #[cfg(test)]
@@ -274,28 +212,6 @@ mod tests {
         // Never more than is available.
         assert_eq!(draft_len(2, 0.99, 1, prices), 2);
         assert_eq!(draft_len(0, 0.99, 1, prices), 0);
-    }
-
-    #[test]
-    fn acceptance_follows_what_was_kept_per_source() {
-        let mut a = Acceptance::default();
-        let prior = (a.suffix, a.copy);
-        a.observe(4, 4);
-        assert!(a.suffix > prior.0 && a.suffix <= 1.0, "{a:?}");
-        a.observe(4, 0);
-        a.observe(4, 0);
-        assert!(a.suffix < prior.0, "{a:?}");
-        a.observe(0, 0);
-        assert_eq!(a.copy, prior.1, "suffix drafts teach nothing of copies");
-        // A copy of 64 that missed at its 40th token: 39 of 40 chances taken, not 39 of 64.
-        a.source = DraftSource::Copy;
-        let before = a.current();
-        a.observe(64, 39);
-        let observed = 39.0 / 40.0;
-        assert!((a.current() - (before + ACCEPTANCE_SMOOTHING * (observed - before))).abs() < 1e-9);
-        let before = a.current();
-        a.observe(64, 64);
-        assert!(a.current() > before, "a copy kept whole raises it: {a:?}");
     }
 
     #[test]

@@ -26,10 +26,9 @@ pub struct ServeArgs {
     /// Requests that may wait for a sequence; beyond this, 429.
     #[arg(long, default_value_t = engine_defaults().max_waiting)]
     max_waiting: usize,
-    /// Refuse (429, with a Retry-After from the prediction) any request likely to wait
-    /// longer than this many milliseconds for its first token (the forecast's p90, by its
-    /// measured error), instead of queueing it to miss its deadline: set it to the TTFT
-    /// objective. Off by default: requests queue up to --max-waiting.
+    /// Refuse (429, with a Retry-After from the prediction) any request predicted to wait
+    /// longer than this many milliseconds for its first token, instead of queueing it to
+    /// miss its deadline. Off by default: requests queue up to --max-waiting.
     #[arg(long)]
     max_queue_ms: Option<u64>,
     /// Require `Authorization: Bearer KEY` on generation endpoints.

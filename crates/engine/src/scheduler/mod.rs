@@ -303,8 +303,8 @@ impl<E: Executor> Scheduler<E> {
                     verified.finished
                 })
             };
-            if let Some((predicted, waited)) = seq.take_forecast_outcome() {
-                self.forecaster.observe_wait(predicted, waited);
+            if let Some((predicted_ms, waited_ms)) = seq.take_forecast_outcome() {
+                tracing::debug!(id = seq.request.id, predicted_ms, waited_ms, "first-token wait against its forecast");
             }
             match decoded {
                 Ok(None) => {}

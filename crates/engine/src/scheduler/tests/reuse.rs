@@ -1,4 +1,4 @@
-//! Prefix reuse through the scheduler: host-memory saves and restores, donors, the forecast's view of held prefixes (`scheduler/kv.rs`) and of its own error.
+//! Prefix reuse through the scheduler: host-memory saves and restores, donors, the forecast's view of held prefixes (`scheduler/kv.rs`).
 
 use super::*;
 
@@ -125,26 +125,4 @@ fn the_wait_forecast_knows_which_prompts_a_slot_or_host_memory_holds() {
     let _a = plain.submit_n(PROMPT_A, 4);
     plain.run_to_idle();
     assert_eq!(plain.forecast_cached(PROMPT_A), 0);
-}
-
-#[test]
-fn each_admitted_requests_first_token_teaches_the_forecast_its_error() {
-    let mut h = Harness::configured(2, 64, |_| {});
-    let likely = |h: &mut Harness| {
-        h.scheduler.publish(false);
-        h.scheduler.stats.forecast.read().likely_wait_ms(900.0)
-    };
-    // Requests without a forecast (admitted without --max-queue-ms) teach nothing.
-    for _ in 0..10 {
-        let _r = h.submit_n("ab", 2);
-        h.run_to_idle();
-    }
-    assert_eq!(likely(&mut h), 900.0);
-    // Each predicted to wait 900 ms; these steps take no time, so each was over-predicted
-    // and the likely wait of the next such prediction is far shorter.
-    for _ in 0..10 {
-        let _r = h.submit_with("ab", 2, |r| r.forecast_ms = Some(900.0));
-        h.run_to_idle();
-    }
-    assert!(likely(&mut h) < 100.0, "{}", likely(&mut h));
 }
