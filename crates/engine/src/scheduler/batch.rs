@@ -52,17 +52,17 @@ impl StepBatch {
         self.prefill_take.iter().sum()
     }
 
-    /// Room for drafted tokens this step: the step budget less one row per generating
-    /// sequence's fed tokens, and half of that while prompts wait to be prefilled (drafts
-    /// must not hold back a new request's first token).
+    /// Room for drafted tokens this step: what the step budget leaves after one row per
+    /// generating sequence's fed tokens and every prompt token waiting to be prefilled.
+    /// Prompts come first: a draft only shortens a running stream, while a prompt held
+    /// back delays a first token, and under load the queue behind it (with half the room
+    /// for drafts while prompts waited, recurring prompts past capacity had TTFT p50 9.3 s
+    /// against 5.6 s without speculation).
     pub fn draft_budget(&self, slots: &[Option<Sequence>]) -> usize {
         let rows: usize = slots.iter().flatten().map(|s| s.uncached_generated().len()).sum();
-        let room = self.step_budget.saturating_sub(rows);
-        if slots.iter().flatten().any(Sequence::is_prefilling) {
-            room / 2
-        } else {
-            room
-        }
+        let prompts: usize =
+            slots.iter().flatten().filter(|s| s.is_prefilling() && !s.awaits_fork).map(|s| s.prompt_left().len()).sum();
+        self.step_budget.saturating_sub(rows + prompts)
     }
 
     /// Rows the generating sequences feed this step: each its last token, and any tokens its

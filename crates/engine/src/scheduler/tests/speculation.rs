@@ -101,6 +101,30 @@ fn a_sequence_copying_an_earlier_run_drafts_past_the_short_limit_and_output_is_u
 }
 
 #[test]
+fn a_waiting_prompt_gets_the_step_budget_before_drafts() {
+    // One sequence copying (drafting 20 and more a step), then a 60-token prompt arrives.
+    let file = patternless(150);
+    let script = format!("{file}{file}");
+    let mut h = scripted(&script, true);
+    let _copying = h.submit_n(&script[..170], 100);
+    for _ in 0..6 {
+        h.step();
+    }
+    assert!(h.scheduler.executor.batches.iter().any(|b| b.len() > 20), "the copy drafts deep");
+    let _arriving = h.submit_n(&file[90..150], 4);
+    let before = h.scheduler.executor.batches.len();
+    h.run_to_idle();
+    let arrival_step = h.scheduler.executor.batches[before..]
+        .iter()
+        .find(|b| b.iter().any(|t| t.seq == 1))
+        .expect("the new prompt was prefilled");
+    // The whole prompt in one step (63 rows of budget beside the copying row), drafts
+    // only in the 3 rows it leaves.
+    assert_eq!(arrival_step.iter().filter(|t| t.seq == 1).count(), 60);
+    assert!(arrival_step.len() <= 64);
+}
+
+#[test]
 fn a_request_asked_again_drafts_the_earlier_answer_from_the_pool() {
     let file = patternless(150);
     let mut h = scripted(&file, true);
