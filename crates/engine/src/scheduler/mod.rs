@@ -222,7 +222,11 @@ impl<E: Executor> Scheduler<E> {
     }
 
     fn step(&mut self) {
-        if self.speculative {
+        // Requests waiting for a slot mean the server is saturated: every row then goes to
+        // sequences already running, where a draft costs about a token's compute and is
+        // not always kept, and speculation is off until the queue empties (vLLM turns it
+        // off by batch size). Past capacity it had made both TTFT and TPOT worse here.
+        if self.speculative && self.queue.is_empty() {
             let budget = self.batch.draft_budget(&self.slots);
             let ctx_limit = self.executor.ctx_per_sequence();
             let prices = self.forecaster.row_costs();

@@ -125,6 +125,25 @@ fn a_waiting_prompt_gets_the_step_budget_before_drafts() {
 }
 
 #[test]
+fn nothing_is_drafted_while_requests_wait_for_a_slot() {
+    let file = patternless(150);
+    let script = format!("{file}{file}");
+    let mut h = Harness::configured(1, 64, |c| c.speculative = true);
+    h.scheduler.executor.script = Some(script.as_bytes().to_vec());
+    let _copying = h.submit_n(&script[..170], 60);
+    for _ in 0..6 {
+        h.step();
+    }
+    assert!(h.scheduler.executor.batches.iter().any(|b| b.len() > 20), "the copy drafts deep");
+    // The only slot is taken: the next request waits, and the copy decodes a token a step.
+    let _waiting = h.submit_n(&file[..20], 4);
+    for _ in 0..5 {
+        h.step();
+        assert_eq!(h.scheduler.executor.batches.last().map(Vec::len), Some(1));
+    }
+}
+
+#[test]
 fn a_request_asked_again_drafts_the_earlier_answer_from_the_pool() {
     let file = patternless(150);
     let mut h = scripted(&file, true);
