@@ -18,7 +18,8 @@ use crate::runtime::TokenId;
 /// as long as the copy match of `speculate`, so a pooled draft is as likely to be right.
 pub(crate) const KEY_TOKENS: usize = 16;
 
-/// Tokens the pool holds by default: ~1 MB of token ids and a few MB of index.
+/// Tokens the pool holds by default: 1 MB of token ids, and an index entry (24 bytes, plus
+/// the hash table's spare room) for nearly every token.
 pub(crate) const DEFAULT_POOL_TOKENS: usize = 1 << 18;
 
 /// Finished sequences' tokens, oldest first, and where each key run ends in them.

@@ -84,6 +84,21 @@ fn patternless(len: usize) -> String {
         .collect()
 }
 
+/// A harness of `slots` slots whose one running sequence copies a 150-letter "file" from
+/// its prompt, six steps in and drafting deep; the sequence's events.
+fn copying(slots: usize) -> (Harness, Events) {
+    let file = patternless(150);
+    let script = format!("{file}{file}");
+    let mut h = Harness::configured(slots, 64, |c| c.speculative = true);
+    h.scheduler.executor.script = Some(script.as_bytes().to_vec());
+    let events = h.submit_n(&script[..170], 100);
+    for _ in 0..6 {
+        h.step();
+    }
+    assert!(h.scheduler.executor.batches.iter().any(|b| b.len() > 20), "the copy drafts deep");
+    (h, events)
+}
+
 #[test]
 fn a_sequence_copying_an_earlier_run_drafts_past_the_short_limit_and_output_is_unchanged() {
     // A "file" in the prompt, then its first 20 letters: the model goes on copying it.
@@ -103,15 +118,8 @@ fn a_sequence_copying_an_earlier_run_drafts_past_the_short_limit_and_output_is_u
 #[test]
 fn a_waiting_prompt_gets_the_step_budget_before_drafts() {
     // One sequence copying (drafting 20 and more a step), then a 60-token prompt arrives.
-    let file = patternless(150);
-    let script = format!("{file}{file}");
-    let mut h = scripted(&script, true);
-    let _copying = h.submit_n(&script[..170], 100);
-    for _ in 0..6 {
-        h.step();
-    }
-    assert!(h.scheduler.executor.batches.iter().any(|b| b.len() > 20), "the copy drafts deep");
-    let _arriving = h.submit_n(&file[90..150], 4);
+    let (mut h, _copying) = copying(2);
+    let _arriving = h.submit_n(&patternless(150)[90..], 4);
     let before = h.scheduler.executor.batches.len();
     h.run_to_idle();
     let arrival_step = h.scheduler.executor.batches[before..]
@@ -126,17 +134,9 @@ fn a_waiting_prompt_gets_the_step_budget_before_drafts() {
 
 #[test]
 fn nothing_is_drafted_while_requests_wait_for_a_slot() {
-    let file = patternless(150);
-    let script = format!("{file}{file}");
-    let mut h = Harness::configured(1, 64, |c| c.speculative = true);
-    h.scheduler.executor.script = Some(script.as_bytes().to_vec());
-    let _copying = h.submit_n(&script[..170], 60);
-    for _ in 0..6 {
-        h.step();
-    }
-    assert!(h.scheduler.executor.batches.iter().any(|b| b.len() > 20), "the copy drafts deep");
+    let (mut h, _copying) = copying(1);
     // The only slot is taken: the next request waits, and the copy decodes a token a step.
-    let _waiting = h.submit_n(&file[..20], 4);
+    let _waiting = h.submit_n(&patternless(20), 4);
     for _ in 0..5 {
         h.step();
         assert_eq!(h.scheduler.executor.batches.last().map(Vec::len), Some(1));
