@@ -10,6 +10,12 @@
 # it is given Qwen2.5's (ChatML with Hermes tool calls, as rillm writes them: its best
 # setting on this model; LLAMA_TEMPLATE= empty keeps the model's own).
 #
+# Rounds 2+ (replies to tool results) exist only where a server calls tools, and on this
+# model llama-server calls none. So every run saves the requests it sent (--save-sessions),
+# and the `required` agents rillm ran (calls, results and all) are then replayed as recorded
+# against each server, fresh (REPLAY=0 skips it): both answer the very same rounds, and the
+# TTFT of rounds 2+ compares how each reuses the conversation's KV.
+#
 #   LLAMA_SERVER=/path/to/llama-server scripts/compare-agents.sh [OUT_DIR]
 # SERVERS="llama rillm" (the default) or either alone.
 set -euo pipefail
@@ -30,6 +36,11 @@ head -16 crates/bench/tools/prompts.jsonl > "$OUT/agents.jsonl"
 bench() { # name choice
   "$BENCH" bench --url "$URL" --dataset "$OUT/agents.jsonl" --tools crates/bench/tools/tools.json \
     --tool-choice "$2" --max-tool-rounds 3 --tool-result-tokens 64 --concurrency 8 --temperature 0 \
+    --timeout 600 --save-sessions "$OUT/$1.sessions.jsonl" --output "$OUT/$1.json" > "$OUT/$1.txt"
+}
+
+replay() { # name
+  "$BENCH" bench --url "$URL" --dataset "$OUT/rillm-required.sessions.jsonl" --concurrency 8 --temperature 0 \
     --timeout 600 --output "$OUT/$1.json" > "$OUT/$1.txt"
 }
 
@@ -42,8 +53,22 @@ for choice in $CHOICES; do
   fi
 done
 
+if [ "${REPLAY:-1}" = 1 ] && [ -f "$OUT/rillm-required.sessions.jsonl" ]; then
+  if [[ " $SERVERS " == *" llama "* ]]; then
+    LLAMA_ARGS=$LLAMA_JINJA start_llama "$OUT/llama-replay.log"; replay llama-replay; stop_server
+  fi
+  if [[ " $SERVERS " == *" rillm "* ]]; then
+    start_rillm "$OUT/rillm-replay.log"; replay rillm-replay; stop_server
+  fi
+fi
+
 for choice in $CHOICES; do
   echo "== tool_choice $choice: llama-server --jinja (a) vs rillm (b)"
   grep "tool calls" "$OUT/llama-$choice.txt" "$OUT/rillm-$choice.txt" || true
   "$BENCH" bench compare "$OUT/llama-$choice.json" "$OUT/rillm-$choice.json" --label llama-server --label rillm
 done
+if [ -f "$OUT/llama-replay.json" ] && [ -f "$OUT/rillm-replay.json" ]; then
+  echo "== rillm's required agents replayed as recorded: llama-server --jinja (a) vs rillm (b)"
+  grep "tool calls" "$OUT/llama-replay.txt" "$OUT/rillm-replay.txt" || true
+  "$BENCH" bench compare "$OUT/llama-replay.json" "$OUT/rillm-replay.json" --label llama-server --label rillm
+fi

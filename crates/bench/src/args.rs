@@ -73,13 +73,18 @@ pub struct BenchArgs {
     #[arg(long, default_value = "What is a cache?")]
     pub prompt: String,
     /// ShareGPT JSON or JSONL of {"prompt"|"messages", "max_tokens"}; a JSONL of
-    /// {"session_id", "turns": [{"text"|"messages", "max_tokens"?, "delay_ms"?}]} is sessions.
+    /// {"session_id", "turns": [{"text"|"messages", "max_tokens"?, "delay_ms"?}]} is sessions,
+    /// and one of {"session_id", "messages", ...} (--save-sessions) is sessions as recorded.
     #[arg(long)]
     pub dataset: Option<PathBuf>,
     /// With a ShareGPT --dataset: send every human turn of each conversation in order, with
     /// the server's live reply in the history.
     #[arg(long)]
     pub multi_turn: bool,
+    /// Sessions and tool workloads: write every request sent (history, tools, max_tokens),
+    /// one JSON line each; `--dataset FILE` replays them as recorded against another server.
+    #[arg(long)]
+    pub save_sessions: Option<PathBuf>,
     /// Replay a production trace at its recorded times (open loop): Mooncake JSONL, Azure
     /// or BurstGPT CSV. Prompts are synthesised at the recorded lengths.
     #[arg(long)]

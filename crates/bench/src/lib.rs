@@ -155,6 +155,18 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
             "--requests counts single requests; with sessions say how many with --sessions".into(),
         ));
     }
+    let save_sessions = match &args.save_sessions {
+        Some(_) if !matches!(built.workload, Workload::Sessions(_)) => {
+            return Err(BenchError::Args(
+                "--save-sessions saves what sessions send: give sessions (--sessions, a sessions --dataset, --multi-turn) or --tools".into(),
+            ))
+        }
+        Some(path) => Some(Arc::new(
+            run::saved_sessions::SessionRecorder::create(path)
+                .map_err(|e| BenchError::Args(format!("--save-sessions {}: {e}", path.display())))?,
+        )),
+        None => None,
+    };
     // A trace's output lengths are targets: ask the server to reach them.
     let ignore_eos = args.ignore_eos || matches!(built.workload, Workload::Trace(_));
     let body = BodyOptions {
@@ -209,6 +221,7 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
             level_prompts: count,
             prompt_repeats: 1,
             shard: None,
+            save_sessions: None,
         })
     };
     if args.warmup > 0 {
@@ -263,6 +276,7 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
             level_prompts,
             prompt_repeats: args.prompt_repeats as usize,
             shard: args.shard,
+            save_sessions: save_sessions.clone(),
         });
         let mut level_context = run_context.clone();
         level_context.started_unix_ms = Some(shard::unix_ms_now());

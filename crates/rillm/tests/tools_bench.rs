@@ -17,6 +17,7 @@ fn the_bench_plays_the_tools_and_checks_every_call() {
     let dir = std::env::temp_dir();
     let prompts = dir.join(format!("rillm-agents-{}.jsonl", std::process::id()));
     let report = dir.join(format!("rillm-agents-{}.html", std::process::id()));
+    let saved = dir.join(format!("rillm-agents-saved-{}.jsonl", std::process::id()));
     std::fs::write(
         &prompts,
         "{\"messages\": [{\"role\": \"user\", \"content\": \"What is 1234 multiplied by 56?\"}], \"max_tokens\": 120}\n\
@@ -43,6 +44,8 @@ fn the_bench_plays_the_tools_and_checks_every_call() {
         "300",
         "--report",
         report.to_str().unwrap(),
+        "--save-sessions",
+        saved.to_str().unwrap(),
     ];
     let result = bench_result(&args, "agents");
     let summary = &result["tool_calls"];
@@ -60,6 +63,28 @@ fn the_bench_plays_the_tools_and_checks_every_call() {
     assert!(html.contains("valid tool calls"), "the report shows the calls' check");
     let _ = std::fs::remove_file(prompts);
     let _ = std::fs::remove_file(report);
+
+    // The saved requests, replayed as recorded: the same requests, rounds and tools, whatever
+    // the server replies now (how agent traffic is replayed against a server that makes no calls).
+    let saved_lines = std::fs::read_to_string(&saved).unwrap().lines().count();
+    assert_eq!(saved_lines, requests.len(), "one line per request sent");
+    let replay = ["--url", &url, "--dataset", saved.to_str().unwrap(), "--concurrency", "2", "--temperature", "0"];
+    let replayed = bench_result(&[&replay[..], &["--timeout", "300"]].concat(), "agents-replay");
+    assert!(replayed["run_context"]["workload"]["replies"].as_str().unwrap().starts_with("recorded"));
+    let replayed_requests = replayed["requests"].as_array().unwrap();
+    let mut replayed_rounds: Vec<u64> = replayed_requests.iter().filter_map(|r| r["round"].as_u64()).collect();
+    let mut recorded_rounds = rounds.clone();
+    replayed_rounds.sort();
+    recorded_rounds.sort();
+    assert_eq!(replayed_rounds, recorded_rounds, "every request replayed, in its round");
+    let again = &replayed["tool_calls"];
+    assert_eq!(again["later_rounds"], summary["later_rounds"], "{again}");
+    assert!(again["ttft_p50_later_rounds_ms"].as_f64().is_some(), "{again}");
+    let with_tools = [&replay[..], &["--tools", tools.to_str().unwrap()]].concat();
+    let refused = std::process::Command::new(support::BIN).arg("bench").args(&with_tools).output().unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--tools would change them"));
+    let _ = std::fs::remove_file(saved);
 
     // Recorded agent traffic: OpenAI chat requests with their own tools, replayed as they are.
     let recorded = dir.join(format!("rillm-recorded-{}.jsonl", std::process::id()));

@@ -9,6 +9,7 @@
 pub mod calibrate;
 pub mod client;
 pub mod plan;
+pub mod saved_sessions;
 pub mod schedule;
 pub mod server_metrics;
 pub mod session;

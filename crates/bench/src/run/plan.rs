@@ -50,6 +50,8 @@ pub struct LevelPlan {
     pub prompt_repeats: usize,
     /// Send only this shard's arrivals of the schedule (indices stay the full run's).
     pub shard: Option<crate::run::shard::Shard>,
+    /// `--save-sessions`: where sessions' requests are written as they are sent.
+    pub save_sessions: Option<Arc<crate::run::saved_sessions::SessionRecorder>>,
 }
 
 impl LevelPlan {

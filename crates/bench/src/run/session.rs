@@ -1,6 +1,7 @@
 //! Multi-turn sessions: each conversation sends its turns in order, after the previous reply
 //! and the turn's think time, with the server's live reply appended to the history (with
-//! `--tools`, a reply's calls and a result for each, and another round). New
+//! `--tools`, a reply's calls and a result for each, and another round), or as recorded
+//! (`--save-sessions`, then `--dataset`: the same requests whatever the server replies). New
 //! sessions start at the load's arrivals (open loop over sessions) or whenever one of
 //! `--concurrency` session workers is free.
 
@@ -16,7 +17,7 @@ use crate::protocol::{PromptSpec, RequestSpec};
 use crate::run::client::{ms, RequestRecord, Status};
 use crate::run::plan::{Amount, LevelPlan, Load};
 use crate::run::schedule::arrival_times;
-use crate::workload::conversation::Session;
+use crate::workload::conversation::{RecordedTurn, Session, Turn};
 
 pub struct SessionsOutcome {
     pub records: Vec<RequestRecord>,
@@ -139,11 +140,26 @@ async fn play(
         if turn.delay_ms > 0.0 {
             tokio::time::sleep(Duration::from_secs_f64(turn.delay_ms / 1000.0)).await;
         }
+        if let Some(recorded) = &turn.recorded {
+            let record = send_recorded(client, plan, session, turn, recorded, to, start).await;
+            bar.inc(1);
+            let completed = record.status == Status::Completed;
+            records.push(record);
+            if !completed {
+                let not_sent = session.turns.len() - t - 1;
+                bar.inc(not_sent as u64);
+                return Played { session: i, records, not_sent };
+            }
+            continue;
+        }
         history.extend(turn.messages.iter().cloned());
         // Tool workloads: the turn, then a round per reply that calls tools, up to the limit.
         let rounds = plan.body.tools.as_ref().map_or(1, |tools| tools.max_rounds);
         for round in 1..=rounds {
             let spec = RequestSpec::new(PromptSpec::Messages(history.clone()), turn.max_tokens);
+            if let Some(recorder) = &plan.save_sessions {
+                recorder.save(&session.id, &spec, plan.body.tools.as_deref());
+            }
             // A turn is "scheduled" when its conversation is ready to send it.
             let scheduled_ms = ms(start.elapsed());
             let mut record = plan.send(client, &spec, 0, to, start, scheduled_ms).await;
@@ -175,4 +191,27 @@ async fn play(
         }
     }
     Played { session: i, records, not_sent: 0 }
+}
+
+/// A recorded request, sent as it was recorded: the reply does not enter any history.
+async fn send_recorded(
+    client: &reqwest::Client,
+    plan: &LevelPlan,
+    session: &Session,
+    turn: &Turn,
+    recorded: &RecordedTurn,
+    to: usize,
+    start: Instant,
+) -> RequestRecord {
+    let mut spec = RequestSpec::new(PromptSpec::Messages(turn.messages.clone()), turn.max_tokens);
+    spec.tools = recorded.tools.clone();
+    if let Some(recorder) = &plan.save_sessions {
+        recorder.save(&session.id, &spec, spec.tools(&plan.body).map(|t| &**t));
+    }
+    let mut record = plan.send(client, &spec, 0, to, start, ms(start.elapsed())).await;
+    record.session = Some(Arc::clone(&session.id));
+    record.turn = Some(recorded.turn);
+    record.round = recorded.tools.is_some().then_some(recorded.round);
+    record.tool_calls.clear();
+    record
 }

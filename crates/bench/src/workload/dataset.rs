@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use crate::protocol::{PromptSpec, RequestSpec};
-use crate::workload::conversation::{Session, Turn};
+use crate::workload::conversation::{RecordedTurn, Session, Turn};
 use crate::workload::tools::ToolSet;
 
 #[derive(Debug, thiserror::Error)]
@@ -101,25 +101,43 @@ pub fn is_sessions_file(path: &Path) -> Result<bool, DatasetError> {
     }
     let text = read(path)?;
     let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-    Ok(serde_json::from_str::<Value>(first).is_ok_and(|v| v.get("turns").is_some()))
+    Ok(serde_json::from_str::<Value>(first).is_ok_and(|v| v.get("turns").is_some() || is_recorded(&v)))
+}
+
+/// A request saved by `--save-sessions`: its session and its whole history.
+fn is_recorded(v: &Value) -> bool {
+    v.get("turns").is_none() && v.get("session_id").is_some() && v["messages"].is_array()
 }
 
 /// Conversations, sent turn by turn with the server's live replies as history.
-/// `.jsonl`: `{"session_id", "turns": [{"text" | "messages", "max_tokens"?, "delay_ms"?}]}`.
+/// `.jsonl`: `{"session_id", "turns": [{"text" | "messages", "max_tokens"?, "delay_ms"?}]}`,
+/// or requests saved by `--save-sessions` (replayed as recorded, see [`recorded_sessions`]).
 /// Otherwise ShareGPT: every human turn in order (a leading system turn opens the history).
 pub fn load_sessions(path: &Path, default_max_tokens: u32) -> Result<Vec<Session>, DatasetError> {
     let name = path.display().to_string();
     let text = read(path)?;
     let format_err = |message: String| DatasetError::Format { path: name.clone(), message };
     let sessions: Vec<Session> = if path.extension().is_some_and(|e| e == "jsonl") {
-        text.lines()
+        let records = text
+            .lines()
             .enumerate()
             .filter(|(_, l)| !l.trim().is_empty())
             .map(|(i, line)| {
-                let v: Value = serde_json::from_str(line).map_err(|e| format_err(format!("line {}: {e}", i + 1)))?;
-                jsonl_session(&v, i, default_max_tokens).map_err(|m| format_err(format!("line {}: {m}", i + 1)))
+                serde_json::from_str::<Value>(line)
+                    .map(|v| (i, v))
+                    .map_err(|e| format_err(format!("line {}: {e}", i + 1)))
             })
-            .collect::<Result<_, _>>()?
+            .collect::<Result<Vec<_>, _>>()?;
+        if records.first().is_some_and(|(_, v)| is_recorded(v)) {
+            recorded_sessions(&records, default_max_tokens).map_err(format_err)?
+        } else {
+            records
+                .iter()
+                .map(|(i, v)| {
+                    jsonl_session(v, *i, default_max_tokens).map_err(|m| format_err(format!("line {}: {m}", i + 1)))
+                })
+                .collect::<Result<_, _>>()?
+        }
     } else {
         let v: Value = serde_json::from_str(&text).map_err(|e| format_err(e.to_string()))?;
         let records = v.as_array().ok_or_else(|| format_err("expected a JSON array of conversations".into()))?;
@@ -148,10 +166,39 @@ fn jsonl_session(v: &Value, line: usize, default_max_tokens: u32) -> Result<Sess
                 _ => return Err(format!("turn {}: needs \"text\" or \"messages\"", j + 1)),
             };
             let max_tokens = t["max_tokens"].as_u64().map_or(default_max_tokens, |n| n.min(u64::from(u32::MAX)) as u32);
-            Ok(Turn { messages, max_tokens, delay_ms: t["delay_ms"].as_f64().unwrap_or(0.0).max(0.0) })
+            Ok(Turn::live(messages, max_tokens, t["delay_ms"].as_f64().unwrap_or(0.0).max(0.0)))
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Session { id: id.into(), turns })
+}
+
+/// Requests saved by `--save-sessions`, one per line: `{"session_id", "messages", "tools"?,
+/// "tool_choice"?, "max_tokens"?}`, each session's in the order it sent them. Each is sent
+/// as recorded, after the previous one of its session is answered: every server gets the
+/// same requests, whatever it replied (recorded agent traffic: the rounds after a tool call
+/// exist even for a server that makes no calls).
+fn recorded_sessions(records: &[(usize, Value)], default_max_tokens: u32) -> Result<Vec<Session>, String> {
+    let mut tool_sets = ToolSets::default();
+    let mut order: Vec<String> = Vec::new();
+    let mut turns: HashMap<String, Vec<Turn>> = HashMap::new();
+    for (i, v) in records {
+        let at = |m: &str| format!("line {}: {m}", i + 1);
+        let id = match &v["session_id"] {
+            Value::String(s) => s.clone(),
+            Value::Null => return Err(at("needs \"session_id\"")),
+            other => other.to_string(),
+        };
+        let messages = v["messages"].as_array().filter(|m| !m.is_empty()).ok_or_else(|| at("needs \"messages\""))?;
+        let tools = tool_sets.of(v).map_err(|e| at(&e))?;
+        let max_tokens = jsonl_record(v, default_max_tokens).map_or(default_max_tokens, |spec| spec.max_tokens);
+        let recorded = RecordedTurn::new(messages, tools);
+        let turn = Turn { messages: messages.clone(), max_tokens, delay_ms: 0.0, recorded: Some(recorded) };
+        if !turns.contains_key(&id) {
+            order.push(id.clone());
+        }
+        turns.entry(id).or_default().push(turn);
+    }
+    Ok(order.into_iter().map(|id| Session { turns: turns.remove(&id).unwrap_or_default(), id: id.into() }).collect())
 }
 
 fn sharegpt_session(v: &Value, index: usize, max_tokens: u32) -> Option<Session> {
@@ -168,7 +215,7 @@ fn sharegpt_session(v: &Value, index: usize, max_tokens: u32) -> Option<Session>
                     messages.push(serde_json::json!({"role": "system", "content": s}));
                 }
                 messages.push(serde_json::json!({"role": "user", "content": text}));
-                turns.push(Turn { messages, max_tokens, delay_ms: 0.0 });
+                turns.push(Turn::live(messages, max_tokens, 0.0));
             }
             _ => {}
         }
@@ -247,6 +294,50 @@ mod tests {
         assert_eq!(first.check(&mut bad, false).valid, 0);
         let broken = write("agent-bad.jsonl", "{\"messages\":[],\"tools\":[{\"type\":\"function\"}]}\n");
         assert!(load(&broken, 9).unwrap_err().to_string().contains("line 1: tool 0 has no function.name"));
+    }
+
+    #[test]
+    fn saved_requests_replay_as_recorded_sessions_in_order_with_turn_and_round() {
+        let tool = r#"{"type":"function","function":{"name":"add","parameters":{"type":"object"}}}"#;
+        let call = r#"{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"add","arguments":"{}"}}]}"#;
+        let result = r#"{"role":"tool","tool_call_id":"c","content":"2"}"#;
+        let user = |q: &str| format!(r#"{{"role":"user","content":"{q}"}}"#);
+        // Two sessions' lines interleaved, as concurrent sessions write them.
+        let lines = [
+            format!(
+                r#"{{"session_id":"a","messages":[{}],"tools":[{tool}],"tool_choice":"required","max_tokens":7}}"#,
+                user("1+1")
+            ),
+            format!(r#"{{"session_id":"b","messages":[{}]}}"#, user("hi")),
+            format!(
+                r#"{{"session_id":"a","messages":[{},{call},{result}],"tools":[{tool}],"tool_choice":"required"}}"#,
+                user("1+1")
+            ),
+            format!(
+                r#"{{"session_id":"a","messages":[{},{call},{result},{call},{result}],"tools":[{tool}],"tool_choice":"required"}}"#,
+                user("1+1")
+            ),
+            format!(
+                r#"{{"session_id":"b","messages":[{},{{"role":"assistant","content":"yo"}},{}]}}"#,
+                user("hi"),
+                user("and?")
+            ),
+        ];
+        let p = write("rec.jsonl", &lines.join("\n"));
+        assert!(is_sessions_file(&p).unwrap());
+        let s = load_sessions(&p, 9).unwrap();
+        assert_eq!((&*s[0].id, s[0].turns.len(), &*s[1].id, s[1].turns.len()), ("a", 3, "b", 2));
+        let placed = |t: &Turn| t.recorded.as_ref().map(|r| (r.turn, r.round, r.tools.is_some()));
+        let a: Vec<_> = s[0].turns.iter().map(placed).collect();
+        assert_eq!(a, [Some((1, 1, true)), Some((1, 2, true)), Some((1, 3, true))]);
+        let b: Vec<_> = s[1].turns.iter().map(placed).collect();
+        assert_eq!(b, [Some((1, 1, false)), Some((2, 1, false))]);
+        assert_eq!((s[0].turns[0].max_tokens, s[0].turns[1].max_tokens), (7, 9));
+        assert_eq!(s[0].turns[2].messages.len(), 5, "the whole history, as recorded");
+        let tools = |t: &Turn| t.recorded.as_ref().and_then(|r| r.tools.clone()).expect("tools");
+        assert!(Arc::ptr_eq(&tools(&s[0].turns[0]), &tools(&s[0].turns[2])), "one list, built once");
+        let bad = write("rec-bad.jsonl", &format!("{}\n{{\"session_id\":\"a\",\"messages\":[]}}\n", lines[1]));
+        assert!(load_sessions(&bad, 9).unwrap_err().to_string().contains("line 2: needs \"messages\""));
     }
 
     #[test]

@@ -87,8 +87,14 @@ pub async fn build(
                 sessions.truncate(n.saturating_mul(levels));
             }
             let turns: usize = sessions.iter().map(|s| s.turns.len()).sum();
+            let replies = match sessions.iter().flat_map(|s| &s.turns).any(|t| t.recorded.is_some()) {
+                true => {
+                    "recorded: each request is sent as it was recorded (--save-sessions), whatever the server replies"
+                }
+                false => "the server's live replies are the history",
+            };
             let description = json!({"kind": "sessions", "source": path.display().to_string(), "sha256": crate::sha256_file(path),
-                "sessions": sessions.len(), "turns": turns, "replies": "the server's live replies are the history"});
+                "sessions": sessions.len(), "turns": turns, "replies": replies});
             return Ok(Built { workload: Workload::Sessions(sessions), description, notes: Vec::new() });
         }
         let specs = dataset::load(path, args.max_tokens)?;
@@ -120,7 +126,7 @@ pub fn with_tools(mut built: Built, path: &std::path::Path, tools: &crate::workl
             .enumerate()
             .map(|(i, spec)| Session {
                 id: Arc::from(format!("agent-{i}")),
-                turns: vec![Turn { messages: spec.prompt.as_messages(), max_tokens: spec.max_tokens, delay_ms: 0.0 }],
+                turns: vec![Turn::live(spec.prompt.as_messages(), spec.max_tokens, 0.0)],
             })
             .collect();
         built.workload = Workload::Sessions(sessions);
@@ -134,8 +140,17 @@ pub fn with_tools(mut built: Built, path: &std::path::Path, tools: &crate::workl
 /// A dataset of recorded chat requests with their own tools: replayed as recorded, on the
 /// chat protocol, with no `--tools` to replace theirs.
 pub fn recorded_tools(mut built: Built, protocol: Protocol, tools_arg: bool) -> Result<Built, String> {
-    let Workload::Requests(specs) = &built.workload else { return Ok(built) };
-    let with_tools = specs.iter().filter(|s| s.tools.is_some()).count();
+    let with_tools = match &built.workload {
+        Workload::Requests(specs) => specs.iter().filter(|s| s.tools.is_some()).count(),
+        Workload::Sessions(sessions) => {
+            let mut recorded = sessions.iter().flat_map(|s| &s.turns).filter_map(|t| t.recorded.as_ref()).peekable();
+            if recorded.peek().is_some() && tools_arg {
+                return Err("the sessions are recorded requests, sent as recorded; --tools would change them".into());
+            }
+            recorded.filter(|r| r.tools.is_some()).count()
+        }
+        Workload::Trace(_) => 0,
+    };
     if with_tools == 0 {
         return Ok(built);
     }
@@ -353,11 +368,11 @@ async fn synthetic_sessions(
             // Each turn's text is fitted on its own; the history around it is the server's.
             let (prompt, _) = synth.prompt(&plan, false).await?;
             made += 1;
-            session_turns.push(Turn {
-                messages: vec![json!({"role": "user", "content": prompt.as_text()})],
-                max_tokens: output.sample(&mut rng),
-                delay_ms: if t == 0 { 0.0 } else { args.think_ms.sample(&mut think_rng) },
-            });
+            session_turns.push(Turn::live(
+                vec![json!({"role": "user", "content": prompt.as_text()})],
+                output.sample(&mut rng),
+                if t == 0 { 0.0 } else { args.think_ms.sample(&mut think_rng) },
+            ));
         }
         sessions.push(Session { id: format!("s{s}").into(), turns: session_turns });
     }
