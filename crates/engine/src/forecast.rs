@@ -373,15 +373,16 @@ mod tests {
         // Third in line with two slots: a whole expected request (100 x 20 ms) after slot 0.
         assert_eq!(o.first_token_ms(&[10, 10], 0, o.at), 300.0 + 2000.0 + 20.0);
         // Long prompts ahead outweigh an early slot.
-        assert_eq!(o.first_token_ms(&[5000], 100, o.at), 5000.0 + 100.0 + 20.0);
+        assert_eq!(o.first_token_ms(&[5000], 300, o.at), 5000.0 + 300.0 + 20.0);
     }
 
     #[test]
     fn a_short_prompt_waits_for_the_step_in_progress_not_for_the_long_prompts_ahead() {
         let mut o = outlook(vec![0.0, 0.0]);
         o.prefill_left = 3000;
-        assert_eq!(o.first_token_ms(&[], SHORT_PROMPT_TOKENS, o.at), 256.0 + 96.0 + 20.0);
-        assert_eq!(o.first_token_ms(&[], 97, o.at), 3000.0 + 97.0 + 20.0);
+        let short = SHORT_PROMPT_TOKENS as f64;
+        assert_eq!(o.first_token_ms(&[], SHORT_PROMPT_TOKENS, o.at), 256.0 + short + 20.0);
+        assert_eq!(o.first_token_ms(&[], SHORT_PROMPT_TOKENS + 1, o.at), 3000.0 + short + 1.0 + 20.0);
     }
 
     #[test]

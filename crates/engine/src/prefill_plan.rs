@@ -10,8 +10,10 @@
 //! it gets at least every other step, and a short-only step is short.
 
 /// A prompt with at most this many tokens left to prefill is short. A chat turn after
-/// reuse is its new message plus the chat template's few tokens, 20 to 80 in practice.
-pub(crate) const SHORT_PROMPT_TOKENS: usize = 96;
+/// reuse is its new message plus the chat template's few tokens, 20 to 80 in practice; an
+/// agent's next round is its calls and their results, 100 to 300 (at 96, rounds of eight
+/// agents replayed against rillm waited behind the cold openings: up to 81 s to a first token).
+pub(crate) const SHORT_PROMPT_TOKENS: usize = 256;
 
 /// Splits one step's prefill budget.
 #[derive(Debug, Default)]
@@ -54,27 +56,29 @@ mod tests {
     #[test]
     fn without_short_prompts_the_oldest_prompt_takes_the_budget_first() {
         let mut p = PrefillPlanner::default();
-        assert_eq!(plan(&mut p, 256, &[(2, 300), (0, 200)]), [0, 0, 256, 0]);
-        assert_eq!(plan(&mut p, 256, &[(2, 100), (0, 200)]), [156, 0, 100, 0]);
-        assert_eq!(plan(&mut p, 256, &[(2, 44)]), [0, 0, 44, 0]);
+        assert_eq!(plan(&mut p, 512, &[(2, 600), (0, 400)]), [0, 0, 512, 0]);
+        assert_eq!(plan(&mut p, 512, &[(2, 300), (0, 400)]), [212, 0, 300, 0]);
+        assert_eq!(plan(&mut p, 512, &[(2, 44)]), [0, 0, 44, 0]);
     }
 
     #[test]
     fn a_short_prompt_gets_a_step_without_the_long_ones_then_they_resume() {
         let mut p = PrefillPlanner::default();
         // The long prompt is older, yet the turn that arrived behind it goes alone.
-        assert_eq!(plan(&mut p, 250, &[(0, 300), (1, 40)]), [0, 40, 0, 0]);
-        assert_eq!(plan(&mut p, 250, &[(0, 300)]), [250, 0, 0, 0]);
+        assert_eq!(plan(&mut p, 500, &[(0, 600), (1, 40)]), [0, 40, 0, 0]);
+        assert_eq!(plan(&mut p, 500, &[(0, 600)]), [500, 0, 0, 0]);
+        // An agent's next round (a call and its result) counts as short too.
+        assert_eq!(plan(&mut p, 500, &[(0, 600), (1, SHORT_PROMPT_TOKENS)]), [0, SHORT_PROMPT_TOKENS, 0, 0]);
     }
 
     #[test]
     fn long_prompts_get_at_least_every_other_step_however_many_short_ones_arrive() {
         let mut p = PrefillPlanner::default();
-        assert_eq!(plan(&mut p, 250, &[(0, 300), (1, 40)]), [0, 40, 0, 0]);
+        assert_eq!(plan(&mut p, 500, &[(0, 600), (1, 40)]), [0, 40, 0, 0]);
         // Another short one arrives at once: this step is an ordinary one, oldest first.
-        assert_eq!(plan(&mut p, 250, &[(0, 300), (2, 30)]), [250, 0, 0, 0]);
-        assert_eq!(plan(&mut p, 250, &[(0, 50), (2, 30), (3, 200)]), [50, 0, 30, 0], "short-only again");
-        assert_eq!(plan(&mut p, 250, &[(3, 200)]), [0, 0, 0, 200]);
+        assert_eq!(plan(&mut p, 500, &[(0, 600), (2, 30)]), [500, 0, 0, 0]);
+        assert_eq!(plan(&mut p, 500, &[(0, 100), (2, 30), (3, 400)]), [100, 0, 30, 0], "short-only again");
+        assert_eq!(plan(&mut p, 500, &[(3, 400)]), [0, 0, 0, 400]);
     }
 
     #[test]
