@@ -19,11 +19,11 @@ pub struct PrefixCacheSnapshot {
     pub host_restore_micros: u64,
 }
 
-/// Draft positions counted apart (the longest draft an engine feeds).
-pub const DRAFT_POSITIONS: usize = 8;
+/// Draft positions counted apart: the longest draft an engine feeds (rillm's copies).
+pub const DRAFT_POSITIONS: usize = 64;
 
 /// Speculative decoding, as vLLM's `vllm:spec_decode_*` metrics report it; cumulative.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SpeculationSnapshot {
     /// Steps in which a sequence fed drafted tokens, and those tokens.
     pub drafts: u64,
@@ -32,6 +32,13 @@ pub struct SpeculationSnapshot {
     pub accepted_tokens: u64,
     /// Kept tokens by their place in the draft (0: the first drafted token).
     pub accepted_per_position: [u64; DRAFT_POSITIONS],
+}
+
+// By hand: arrays longer than 32 have no `Default`.
+impl Default for SpeculationSnapshot {
+    fn default() -> Self {
+        Self { drafts: 0, draft_tokens: 0, accepted_tokens: 0, accepted_per_position: [0; DRAFT_POSITIONS] }
+    }
 }
 
 /// Structured outputs, as metrics report them; cumulative.

@@ -31,13 +31,13 @@ const MAX_NGRAM: usize = 4;
 const MIN_NGRAM: usize = 2;
 
 /// Most tokens drafted for one sequence in one step from a short suffix match.
-pub(crate) const MAX_DRAFT: usize = rillm_backend::DRAFT_POSITIONS;
+pub(crate) const MAX_DRAFT: usize = 8;
 
 /// Tokens that must match an earlier run for the sequence to count as copying it.
 const COPY_MATCH: usize = crate::ngram_pool::KEY_TOKENS;
 
 /// Most tokens drafted in one step from a copy.
-pub(crate) const MAX_COPY_DRAFT: usize = 64;
+pub(crate) const MAX_COPY_DRAFT: usize = rillm_backend::DRAFT_POSITIONS;
 
 /// A draft must promise this much more output per millisecond than no draft: prices are
 /// measured on a noisy machine, and a draft that only breaks even costs latency.

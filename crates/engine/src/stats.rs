@@ -41,12 +41,24 @@ pub struct EngineStats {
 }
 
 /// What speculative decoding drafted and kept, cumulative.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct SpeculationCounters {
     drafts: AtomicU64,
     draft_tokens: AtomicU64,
     accepted_tokens: AtomicU64,
     accepted_per_position: [AtomicU64; rillm_backend::DRAFT_POSITIONS],
+}
+
+// By hand: arrays longer than 32 have no `Default`.
+impl Default for SpeculationCounters {
+    fn default() -> Self {
+        Self {
+            drafts: AtomicU64::new(0),
+            draft_tokens: AtomicU64::new(0),
+            accepted_tokens: AtomicU64::new(0),
+            accepted_per_position: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
 }
 
 /// What prefix caching did, cumulative except the host tier's size.

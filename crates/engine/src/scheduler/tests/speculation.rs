@@ -113,6 +113,10 @@ fn a_sequence_copying_an_earlier_run_drafts_past_the_short_limit_and_output_is_u
     assert!(steps * 6 < plain_steps, "{steps} steps against {plain_steps}");
     let spec = h.scheduler.stats.snapshot().speculation;
     assert_eq!(spec.accepted_tokens, spec.draft_tokens, "{spec:?}");
+    // Kept tokens past the short limit are counted at their own positions, not dropped.
+    let counted: u64 = spec.accepted_per_position.iter().sum();
+    assert_eq!(counted, spec.accepted_tokens, "{spec:?}");
+    assert!(spec.accepted_per_position[crate::speculate::MAX_DRAFT] > 0, "{spec:?}");
 }
 
 #[test]
