@@ -23,7 +23,7 @@ pub use request::{
 pub use stats::{
     CacheLayout, ConstraintSnapshot, PrefixCacheSnapshot, SpeculationSnapshot, StatsSnapshot, DRAFT_POSITIONS,
 };
-pub use stream::RequestStream;
+pub use stream::{RequestStream, StartSignal};
 pub use tool_format::ToolCallFormat;
 
 /// What clients that tokenize for themselves need to know of the model's tokenizer.

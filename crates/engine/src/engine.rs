@@ -83,6 +83,7 @@ impl Engine {
                             prefix_caching: config.prefix_caching,
                             host_cache_bytes: config.host_cache_bytes,
                             forecast_prefixes: config.max_queue_ms.is_some(),
+                            max_queue_ms: config.max_queue_ms,
                             speculative: config.speculative == crate::config::Speculative::Ngram,
                             tpot_slo_ms: config.tpot_slo_ms,
                         },
@@ -173,6 +174,15 @@ impl Engine {
         }
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
+        // The forecast above may be wrong: the scheduler checks the bound again when the
+        // request reaches the head of the queue, with what it actually waited.
+        let (started, start_signal) = match inner.max_queue_ms {
+            Some(_) => {
+                let (sender, receiver) = tokio::sync::oneshot::channel();
+                (Some(sender), Some(receiver))
+            }
+            None => (None, None),
+        };
         let prompt_tokens = prompt.len();
         let pending = PendingRequest {
             id,
@@ -189,12 +199,17 @@ impl Engine {
             prompt_logprobs: request.prompt_logprobs,
             submitted: Instant::now(),
             forecast_ms,
+            started,
             events,
         };
         match inner.queue.push(pending) {
             Ok(()) => {
                 inner.stats.set_waiting(inner.queue.len());
-                Ok(RequestStream::new(id, prompt_tokens, receiver))
+                let stream = RequestStream::new(id, prompt_tokens, receiver);
+                Ok(match start_signal {
+                    Some(signal) => stream.refusable(signal),
+                    None => stream,
+                })
             }
             Err(PushError::Full(_)) => Err(Rejected::QueueFull { capacity: inner.queue.capacity() }),
             Err(PushError::Closed(_)) => Err(self.closed_reason()),

@@ -4,12 +4,13 @@
 use std::time::Instant;
 
 use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::oneshot;
 
 use crate::constraint::{Advance, ConstraintCounters, SequenceConstraint};
 use crate::runtime::{TokenId, Tokenizer};
 use crate::text_stream::{TextPiece, TextStream};
 use rillm_backend::{
-    Completion, FinishReason, PromptToken, SamplingParams, ServerTimings, StreamEvent, TokenLogprob, Usage,
+    Completion, FinishReason, PromptToken, Rejected, SamplingParams, ServerTimings, StreamEvent, TokenLogprob, Usage,
 };
 
 /// A request waiting for a sequence slot, already tokenized and validated.
@@ -38,6 +39,9 @@ pub(crate) struct PendingRequest {
     /// The wait for its first token predicted at admission (`--max-queue-ms`), logged
     /// beside the wait it had (debug level) to see how far the forecast is off.
     pub forecast_ms: Option<f64>,
+    /// `--max-queue-ms`: told whether the request starts or is refused at the head of the
+    /// queue (its route holds the response until then).
+    pub started: Option<oneshot::Sender<Result<(), Rejected>>>,
     pub events: UnboundedSender<StreamEvent>,
 }
 
@@ -59,6 +63,7 @@ impl PendingRequest {
             constraint: self.constraint.clone(),
             events: self.events.clone(),
             forecast_ms: None,
+            started: None,
             ..*self
         }
     }

@@ -65,6 +65,7 @@ mod tests {
             logprobs: None,
             submitted: Instant::now(),
             forecast_ms: None,
+            started: None,
             events,
         };
         (request, receiver)

@@ -26,9 +26,10 @@ pub struct ServeArgs {
     /// Requests that may wait for a sequence; beyond this, 429.
     #[arg(long, default_value_t = engine_defaults().max_waiting)]
     max_waiting: usize,
-    /// Refuse (429, with a Retry-After from the prediction) any request predicted to wait
-    /// longer than this many milliseconds for its first token, instead of queueing it to
-    /// miss its deadline. Off by default: requests queue up to --max-waiting.
+    /// Bound on the wait for a first token, in milliseconds: a request predicted to wait
+    /// longer is refused at once (429, Retry-After from the prediction); one admitted whose
+    /// wait runs out in the queue is refused when it reaches the head, its response held
+    /// until then (still a 429, no stream). Off by default: requests queue up to --max-waiting.
     #[arg(long)]
     max_queue_ms: Option<u64>,
     /// Require `Authorization: Bearer KEY` on generation endpoints.

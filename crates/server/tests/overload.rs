@@ -48,6 +48,60 @@ async fn with_max_queue_ms_a_request_that_would_start_too_late_gets_429_at_once_
     drop(running);
 }
 
+/// Opens a stream of 1,800 tokens and reads it until `tokens` have come: past what this
+/// server's requests have produced so far, so the wait forecast expects its slot free soon.
+async fn running_past_forecast(server: &TestServer, tokens: usize) -> reqwest::Response {
+    let body = json!({"prompt": "Write a very long story about a dragon.", "max_tokens": 1800, "ignore_eos": true});
+    let mut response = server.post("/generate", body).await;
+    assert_eq!(response.status(), 200);
+    let mut seen = 0;
+    while seen < tokens {
+        let chunk = response.chunk().await.unwrap().expect("tokens");
+        seen += String::from_utf8_lossy(&chunk).matches("\"token_ids\"").count();
+    }
+    response
+}
+
+#[tokio::test]
+async fn with_max_queue_ms_a_queued_request_whose_wait_runs_out_gets_429_when_it_reaches_the_head() {
+    let server = TestServer::start(Options {
+        max_running: 1,
+        max_waiting: 8,
+        ctx: 2048,
+        max_queue_ms: Some(1000),
+        ..Options::default()
+    })
+    .await;
+    for (hold_ms, expect) in [(1300, 429), (200, 200)] {
+        // Admitted on the forecast (the running request should end any moment), it waits
+        // for the slot; the response, headers included, waits with it.
+        let running = running_past_forecast(&server, 140).await;
+        let queued = tokio::spawn({
+            let (client, url) = (server.client.clone(), server.url("/v1/chat/completions"));
+            let body = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "stream": true});
+            async move { client.post(url).json(&body).send().await.unwrap() }
+        });
+        server.wait_metric("vllm:num_requests_waiting", Duration::from_secs(5), |v| v == 1.0).await;
+        tokio::time::sleep(Duration::from_millis(hold_ms)).await;
+        assert!(!queued.is_finished(), "nothing answered while it waits");
+        drop(running);
+        let response = tokio::time::timeout(Duration::from_secs(30), queued).await.unwrap().unwrap();
+        assert_eq!(response.status(), expect, "held {hold_ms} ms against a bound of 1000");
+        if expect == 429 {
+            assert!(response.headers()["content-type"].to_str().unwrap().starts_with("application/json"));
+            assert!(response.headers().contains_key("retry-after"));
+            let body: Value = response.json().await.unwrap();
+            assert_eq!(body["error"]["type"], "rate_limit_error", "{body}");
+            assert!(body["error"]["message"].as_str().unwrap().contains("would wait about"), "{body}");
+        } else {
+            let events = read_sse(response).await;
+            assert!(events.iter().any(|e| e.data.contains("\"content\"")), "a streamed answer");
+        }
+    }
+    let metrics = server.client.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.lines().any(|l| l.starts_with("rillm_requests_rejected_total{reason=\"would_miss_deadline\"")));
+}
+
 #[tokio::test]
 async fn full_queue_answers_429_with_retry_after_and_no_sse() {
     let server = TestServer::start(Options { max_running: 1, max_waiting: 1, ..Options::default() }).await;

@@ -11,7 +11,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::forecast::{Forecaster, SlotLoad};
 use crate::ngram_pool::NgramPool;
@@ -23,7 +23,7 @@ use crate::stats::EngineStats;
 use batch::StepBatch;
 use decode::{decode_next, verify, DecodeContext, SlotLogits};
 use kv::KvResidency;
-use rillm_backend::FinishReason;
+use rillm_backend::{FinishReason, Rejected};
 
 mod batch;
 mod choices;
@@ -52,6 +52,9 @@ pub(crate) struct SchedulerConfig {
     /// Publish the blocks of tokens held in KV with the forecast (only `--max-queue-ms`
     /// reads them, and gathering them costs a pass over every slot and host entry).
     pub forecast_prefixes: bool,
+    /// `--max-queue-ms`: a request that reaches the head of the queue after waiting so long
+    /// that its first token would come later than this is refused there (`refused_at_head`).
+    pub max_queue_ms: Option<u64>,
     /// Draft tokens by prompt lookup and verify them in the batch (`speculate`).
     pub speculative: bool,
     /// Keep steps beside generating sequences within this many milliseconds by their
@@ -77,6 +80,7 @@ pub(crate) struct Scheduler<E: Executor> {
     batch: StepBatch,
     forecaster: Forecaster,
     forecast_prefixes: bool,
+    max_queue_ms: Option<u64>,
     speculative: bool,
     tpot_slo_ms: Option<u32>,
     /// A sequence's tokens, gathered for prompt lookup (a buffer reused across steps).
@@ -99,6 +103,7 @@ impl<E: Executor> Scheduler<E> {
             prefix_caching,
             host_cache_bytes,
             forecast_prefixes,
+            max_queue_ms,
             speculative,
             tpot_slo_ms,
         } = config;
@@ -116,6 +121,7 @@ impl<E: Executor> Scheduler<E> {
             batch,
             forecaster,
             forecast_prefixes: forecast_prefixes && prefix_caching,
+            max_queue_ms,
             speculative,
             tpot_slo_ms,
             history: Vec::new(),
@@ -173,11 +179,23 @@ impl<E: Executor> Scheduler<E> {
         while self.admission_order.len() < self.slots.len() {
             // A request runs as `n` sequences: it waits, keeping its turn, until `n` slots are free.
             let free = self.slots.iter().filter(|s| s.is_none()).count();
-            let Some(request) = self.queue.pop_if(|r| r.is_cancelled() || r.n as usize <= free) else { break };
+            let Some(mut request) = self.queue.pop_if(|r| r.is_cancelled() || r.n as usize <= free) else { break };
             if request.is_cancelled() {
                 (0..request.n).for_each(|_| self.queue.finish_one());
                 self.stats.record_finished(request.prompt.len() as u32, 0, true);
                 continue;
+            }
+            if let Some(refusal) = self.refused_at_head(&request) {
+                (0..request.n).for_each(|_| self.queue.finish_one());
+                if let Some(started) = request.started.take() {
+                    let _ = started.send(Err(refusal.clone()));
+                }
+                // A caller that never awaited the start signal learns it from the stream.
+                request.finish_unstarted(FinishReason::Error, Some(refusal.to_string()));
+                continue;
+            }
+            if let Some(started) = request.started.take() {
+                let _ = started.send(Ok(()));
             }
             let Some(slot) = self.kv.free_slot(&self.slots) else { break };
             // Prompt scores need the logits of every prompt token: no cached prefix has them.
@@ -194,6 +212,22 @@ impl<E: Executor> Scheduler<E> {
                 seq.forks = forks;
             }
         }
+    }
+
+    /// `--max-queue-ms` again, at the head of the queue: the wait `submit` predicted may
+    /// have been wrong either way, and what is left to predict now is the request's own
+    /// prefill. A request whose first token would come after the bound (what it waited,
+    /// plus that) is refused before any of its work is done: it would miss the objective
+    /// anyway, and the slot goes to one that can still make it. Its route has held the
+    /// response back, so the refusal is still a 429.
+    fn refused_at_head(&self, request: &PendingRequest) -> Option<Rejected> {
+        let limit_ms = self.max_queue_ms?;
+        request.started.as_ref()?;
+        let now = Instant::now();
+        let waited_ms = now.saturating_duration_since(request.submitted).as_secs_f64() * 1000.0;
+        let predicted_ms = waited_ms + self.stats.forecast.read().first_token_ms(&[], request.expected_prefill, now);
+        (predicted_ms > limit_ms as f64)
+            .then(|| Rejected::WouldWaitTooLong { predicted_ms: predicted_ms as u64, limit_ms })
     }
 
     /// Moves the highest running sequence down into the lowest free slot, if one is free
@@ -238,7 +272,7 @@ impl<E: Executor> Scheduler<E> {
         if tokens.is_empty() {
             return;
         }
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let decoded = self.executor.decode(tokens);
         let prefilled = self.batch.prefilled();
         let drafted: usize = self.slots.iter().flatten().map(|s| s.drafts.len()).sum();

@@ -2,6 +2,7 @@
 //! step, and in what order, is invisible from the outside but decides its cost. This file
 //! is the harness; the tests are split by concern, one file each.
 
+mod admission;
 mod batching;
 mod choices;
 mod constraints;
@@ -190,6 +191,7 @@ impl Harness {
             prefix_caching: false,
             host_cache_bytes: 0,
             forecast_prefixes: false,
+            max_queue_ms: None,
             speculative: false,
             tpot_slo_ms: None,
         };
@@ -247,6 +249,7 @@ impl Harness {
             logprobs: None,
             submitted: Instant::now(),
             forecast_ms: None,
+            started: None,
             events,
         };
         adjust(&mut request);
