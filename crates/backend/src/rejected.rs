@@ -9,6 +9,13 @@ pub enum Rejected {
          the limit of {limit_ms} ms; retry later"
     )]
     WouldWaitTooLong { predicted_ms: u64, limit_ms: u64 },
+    /// Admitted on the prediction, it reached the head of the queue too late: what it
+    /// waited plus its own prefill is over the bound.
+    #[error(
+        "the server is at capacity: this request waited {waited_ms} ms in the queue and would get its first \
+         token after about {predicted_ms} ms, over the limit of {limit_ms} ms; retry later"
+    )]
+    WaitedTooLong { waited_ms: u64, predicted_ms: u64, limit_ms: u64 },
     #[error(
         "prompt ({prompt_tokens} tokens) plus max_tokens ({max_tokens}) exceeds the context \
          of {context} tokens per sequence"

@@ -109,7 +109,8 @@ fn rejection_error(rejected: &Rejected, fields: &Fields) -> ApiError {
     match rejected {
         Rejected::QueueFull { .. } => ApiError::overloaded(message),
         // Come back once the predicted excess wait has passed.
-        Rejected::WouldWaitTooLong { predicted_ms, limit_ms } => {
+        Rejected::WouldWaitTooLong { predicted_ms, limit_ms }
+        | Rejected::WaitedTooLong { predicted_ms, limit_ms, .. } => {
             let mut error = ApiError::overloaded(message);
             error.retry_after = Some(predicted_ms.saturating_sub(*limit_ms).div_ceil(1000).clamp(1, 600) as u32);
             error
@@ -132,6 +133,7 @@ fn rejection_reason(rejected: &Rejected) -> &'static str {
     match rejected {
         Rejected::QueueFull { .. } => "queue_full",
         Rejected::WouldWaitTooLong { .. } => "would_miss_deadline",
+        Rejected::WaitedTooLong { .. } => "waited_past_deadline",
         Rejected::ContextOverflow { .. } => "context_overflow",
         Rejected::EmptyPrompt
         | Rejected::InvalidRequest(_)

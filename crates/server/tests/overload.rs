@@ -92,14 +92,14 @@ async fn with_max_queue_ms_a_queued_request_whose_wait_runs_out_gets_429_when_it
             assert!(response.headers().contains_key("retry-after"));
             let body: Value = response.json().await.unwrap();
             assert_eq!(body["error"]["type"], "rate_limit_error", "{body}");
-            assert!(body["error"]["message"].as_str().unwrap().contains("would wait about"), "{body}");
+            assert!(body["error"]["message"].as_str().unwrap().contains("ms in the queue"), "{body}");
         } else {
             let events = read_sse(response).await;
             assert!(events.iter().any(|e| e.data.contains("\"content\"")), "a streamed answer");
         }
     }
     let metrics = server.client.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
-    assert!(metrics.lines().any(|l| l.starts_with("rillm_requests_rejected_total{reason=\"would_miss_deadline\"")));
+    assert!(metrics.lines().any(|l| l.starts_with("rillm_requests_rejected_total{reason=\"waited_past_deadline\"")));
 }
 
 #[tokio::test]

@@ -226,8 +226,11 @@ impl<E: Executor> Scheduler<E> {
         let now = Instant::now();
         let waited_ms = now.saturating_duration_since(request.submitted).as_secs_f64() * 1000.0;
         let predicted_ms = waited_ms + self.stats.forecast.read().first_token_ms(&[], request.expected_prefill, now);
-        (predicted_ms > limit_ms as f64)
-            .then(|| Rejected::WouldWaitTooLong { predicted_ms: predicted_ms as u64, limit_ms })
+        (predicted_ms > limit_ms as f64).then(|| Rejected::WaitedTooLong {
+            waited_ms: waited_ms as u64,
+            predicted_ms: predicted_ms as u64,
+            limit_ms,
+        })
     }
 
     /// Moves the highest running sequence down into the lowest free slot, if one is free
