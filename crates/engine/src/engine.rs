@@ -20,6 +20,10 @@ use rillm_backend::Rejected;
 use rillm_backend::RequestStream;
 use rillm_backend::{Constraint, FinishReason, GenerateRequest, Prompt};
 
+/// `submit` refuses a request predicted to wait more than this many times `--max-queue-ms`;
+/// between the bound and this, the head of the queue decides (`Scheduler::refused_at_head`).
+const ADMISSION_SLACK: f64 = 1.5;
+
 /// A running engine. Cheap to clone; the engine stops when the last clone is dropped or
 /// [`Engine::shutdown`] is called.
 #[derive(Clone)]
@@ -167,7 +171,10 @@ impl Engine {
             let outlook = inner.stats.forecast.read();
             expected_prefill -= outlook.cached_estimate(&prompt);
             let predicted = outlook.first_token_ms(&ahead, expected_prefill, Instant::now());
-            if predicted > limit_ms as f64 {
+            // Refused at once only when clearly too late: the forecast errs both ways by a few
+            // hundred milliseconds, and a request admitted wrongly is refused at the head of
+            // the queue on what it really waited, before any work is done for it.
+            if predicted > limit_ms as f64 * ADMISSION_SLACK {
                 return Err(Rejected::WouldWaitTooLong { predicted_ms: predicted as u64, limit_ms });
             }
             forecast_ms = Some(predicted);

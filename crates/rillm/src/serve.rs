@@ -26,10 +26,10 @@ pub struct ServeArgs {
     /// Requests that may wait for a sequence; beyond this, 429.
     #[arg(long, default_value_t = engine_defaults().max_waiting)]
     max_waiting: usize,
-    /// Bound on the wait for a first token, in milliseconds: a request predicted to wait
-    /// longer is refused at once (429, Retry-After from the prediction); one admitted whose
-    /// wait runs out in the queue is refused when it reaches the head, its response held
-    /// until then (still a 429, no stream). Off by default: requests queue up to --max-waiting.
+    /// Bound on the wait for a first token, in milliseconds: a request predicted to wait 1.5
+    /// times longer is refused at once (429, Retry-After from the prediction); one whose wait
+    /// runs out in the queue is refused when it reaches the head, its response held until
+    /// then (still a 429, no stream). Off by default: requests queue up to --max-waiting.
     #[arg(long)]
     max_queue_ms: Option<u64>,
     /// Require `Authorization: Bearer KEY` on generation endpoints.
