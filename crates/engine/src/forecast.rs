@@ -323,6 +323,12 @@ impl Outlook {
         let ahead_ms = ahead_tokens as f64 * self.costs.prefill_token_ms - elapsed;
         start_ms.max(ahead_ms) + prompt as f64 * self.costs.prefill_token_ms + self.costs.decode_step_ms
     }
+
+    /// The least a request with `prompt` tokens to compute can wait for its first token
+    /// once it has a slot: its own prefill and one step, as if nothing else were prefilled.
+    pub fn own_first_token_ms(&self, prompt: usize) -> f64 {
+        prompt as f64 * self.costs.prefill_token_ms + self.costs.decode_step_ms
+    }
 }
 
 /// The latest outlook, written by the engine thread and read by `submit`.
@@ -383,6 +389,8 @@ mod tests {
         let short = SHORT_PROMPT_TOKENS as f64;
         assert_eq!(o.first_token_ms(&[], SHORT_PROMPT_TOKENS, o.at), 256.0 + short + 20.0);
         assert_eq!(o.first_token_ms(&[], SHORT_PROMPT_TOKENS + 1, o.at), 3000.0 + short + 1.0 + 20.0);
+        // At best (the head of the queue's check): its own prefill and a step, nothing ahead.
+        assert_eq!(o.own_first_token_ms(SHORT_PROMPT_TOKENS + 1), short + 1.0 + 20.0);
     }
 
     #[test]

@@ -215,17 +215,18 @@ impl<E: Executor> Scheduler<E> {
     }
 
     /// `--max-queue-ms` again, at the head of the queue: the wait `submit` predicted may
-    /// have been wrong either way, and what is left to predict now is the request's own
-    /// prefill. A request whose first token would come after the bound (what it waited,
-    /// plus that) is refused before any of its work is done: it would miss the objective
-    /// anyway, and the slot goes to one that can still make it. Its route has held the
-    /// response back, so the refusal is still a 429.
+    /// have been wrong either way; now most of it is measured. A request whose first token
+    /// cannot come within the bound even at best (what it waited, plus its own prefill with
+    /// nothing else in the way) is refused before any of its work is done: it would miss the
+    /// objective anyway, and the slot goes to one that can still make it. Only certain misses
+    /// are refused here (the other prompts a step shares are not counted against it). Its
+    /// route has held the response back, so the refusal is still a 429.
     fn refused_at_head(&self, request: &PendingRequest) -> Option<Rejected> {
         let limit_ms = self.max_queue_ms?;
         request.started.as_ref()?;
         let now = Instant::now();
         let waited_ms = now.saturating_duration_since(request.submitted).as_secs_f64() * 1000.0;
-        let predicted_ms = waited_ms + self.stats.forecast.read().first_token_ms(&[], request.expected_prefill, now);
+        let predicted_ms = waited_ms + self.stats.forecast.read().own_first_token_ms(request.expected_prefill);
         (predicted_ms > limit_ms as f64).then(|| Rejected::WaitedTooLong {
             waited_ms: waited_ms as u64,
             predicted_ms: predicted_ms as u64,
