@@ -49,9 +49,4 @@ impl SessionRecorder {
             }
         }
     }
-
-    /// Whether every line was written.
-    pub fn complete(&self) -> bool {
-        !self.failed.load(Ordering::SeqCst)
-    }
 }
