@@ -183,13 +183,7 @@ impl Engine {
         let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
         // The forecast above may be wrong: the scheduler checks the bound again when the
         // request reaches the head of the queue, with what it actually waited.
-        let (started, start_signal) = match inner.max_queue_ms {
-            Some(_) => {
-                let (sender, receiver) = tokio::sync::oneshot::channel();
-                (Some(sender), Some(receiver))
-            }
-            None => (None, None),
-        };
+        let (started, start_signal) = inner.max_queue_ms.map(|_| tokio::sync::oneshot::channel()).unzip();
         let prompt_tokens = prompt.len();
         let pending = PendingRequest {
             id,

@@ -73,6 +73,12 @@ impl StepCosts {
             self.prefill_token_ms += SMOOTHING * (per_token - self.prefill_token_ms);
         }
     }
+
+    /// The least a request with `prompt` tokens to compute waits for its first token once
+    /// it has a slot: its own prefill and one step, as if nothing else were prefilled.
+    pub fn own_first_token_ms(&self, prompt: usize) -> f64 {
+        prompt as f64 * self.prefill_token_ms + self.decode_step_ms
+    }
 }
 
 /// A slot's load, for the forecast: what it still has to prefill and generate.
@@ -210,6 +216,11 @@ impl Forecaster {
     }
 
     /// What decode steps cost by their rows, to price drafts with.
+    /// The step costs measured so far (what the next published outlook will carry).
+    pub fn costs(&self) -> StepCosts {
+        self.costs
+    }
+
     pub fn row_costs(&self) -> DraftPrices<'_> {
         DraftPrices { rows: &self.rows, one_row_ms: self.costs.decode_step_ms }
     }
@@ -321,13 +332,7 @@ impl Outlook {
             ahead_tokens = ahead_tokens.min(self.step_tokens);
         }
         let ahead_ms = ahead_tokens as f64 * self.costs.prefill_token_ms - elapsed;
-        start_ms.max(ahead_ms) + prompt as f64 * self.costs.prefill_token_ms + self.costs.decode_step_ms
-    }
-
-    /// The least a request with `prompt` tokens to compute can wait for its first token
-    /// once it has a slot: its own prefill and one step, as if nothing else were prefilled.
-    pub fn own_first_token_ms(&self, prompt: usize) -> f64 {
-        prompt as f64 * self.costs.prefill_token_ms + self.costs.decode_step_ms
+        start_ms.max(ahead_ms) + self.costs.own_first_token_ms(prompt)
     }
 }
 
@@ -390,7 +395,7 @@ mod tests {
         assert_eq!(o.first_token_ms(&[], SHORT_PROMPT_TOKENS, o.at), 256.0 + short + 20.0);
         assert_eq!(o.first_token_ms(&[], SHORT_PROMPT_TOKENS + 1, o.at), 3000.0 + short + 1.0 + 20.0);
         // At best (the head of the queue's check): its own prefill and a step, nothing ahead.
-        assert_eq!(o.own_first_token_ms(SHORT_PROMPT_TOKENS + 1), short + 1.0 + 20.0);
+        assert_eq!(o.costs.own_first_token_ms(SHORT_PROMPT_TOKENS + 1), short + 1.0 + 20.0);
     }
 
     #[test]

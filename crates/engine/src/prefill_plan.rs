@@ -67,8 +67,8 @@ mod tests {
         // The long prompt is older, yet the turn that arrived behind it goes alone.
         assert_eq!(plan(&mut p, 500, &[(0, 600), (1, 40)]), [0, 40, 0, 0]);
         assert_eq!(plan(&mut p, 500, &[(0, 600)]), [500, 0, 0, 0]);
-        // An agent's next round (a call and its result) counts as short too.
-        assert_eq!(plan(&mut p, 500, &[(0, 600), (1, SHORT_PROMPT_TOKENS)]), [0, SHORT_PROMPT_TOKENS, 0, 0]);
+        // An agent's next round (a call and its 64-token result, ~250 tokens) counts as short too.
+        assert_eq!(plan(&mut p, 500, &[(0, 600), (1, 250)]), [0, 250, 0, 0]);
     }
 
     #[test]

@@ -6,15 +6,13 @@
 //! prompts are therefore submitted from the blocking pool, a few at a time, so they never
 //! stall the async workers that stream other requests' tokens or answer `/health`.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Instant;
 
 use rillm_backend::{GenerateRequest, Rejected, RequestStream};
 
 use crate::error::ApiError;
 use crate::metrics;
-use crate::observe::RequestObserver;
+use crate::observe::{InFlight, RequestObserver};
 use crate::state::AppState;
 
 pub struct Admitted {
@@ -61,6 +59,7 @@ pub async fn admit(
     // of the queue. Until it says, nothing is answered, so a refusal is still a 429 with
     // Retry-After and no stream. A client that leaves meanwhile cancels it (the stream drops).
     if let Some(started) = stream.take_start() {
+        // Held, it counts as in flight: its connection is busy, not idle.
         let _busy = InFlight::hold(&state.in_flight);
         if let Ok(Err(rejected)) = started.await {
             return Err(refuse(rejected));
@@ -71,23 +70,6 @@ pub async fn admit(
     }
     let observer = RequestObserver::new(stream.id(), endpoint, &state.model_name(), received, state.in_flight.clone());
     Ok(Admitted { stream, choices, observer, keep_alive: state.config.sse_keep_alive })
-}
-
-/// A request held at admission counts as in flight: its connection is busy, not idle
-/// (`connections` closes idle ones first when the cap is reached).
-struct InFlight(Arc<AtomicUsize>);
-
-impl InFlight {
-    fn hold(count: &Arc<AtomicUsize>) -> Self {
-        count.fetch_add(1, Ordering::SeqCst);
-        Self(Arc::clone(count))
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
 }
 
 /// Prompts up to this size are tokenized in place (well under a millisecond).

@@ -18,12 +18,28 @@ pub struct RequestObserver {
     first_token: Option<Instant>,
     last_token: Option<Instant>,
     finished: bool,
-    in_flight: Arc<AtomicUsize>,
+    _in_flight: InFlight,
+}
+
+/// One request counted in flight while this lives (`connections` closes idle connections,
+/// not ones with a request in flight, when the cap is reached).
+pub struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    pub fn hold(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        Self(Arc::clone(count))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl RequestObserver {
     pub fn new(id: u64, endpoint: &'static str, model: &str, received: Instant, in_flight: Arc<AtomicUsize>) -> Self {
-        in_flight.fetch_add(1, Ordering::SeqCst);
         Self {
             id,
             endpoint,
@@ -32,7 +48,7 @@ impl RequestObserver {
             first_token: None,
             last_token: None,
             finished: false,
-            in_flight,
+            _in_flight: InFlight::hold(&in_flight),
         }
     }
 
@@ -79,7 +95,6 @@ impl RequestObserver {
 
 impl Drop for RequestObserver {
     fn drop(&mut self) {
-        self.in_flight.fetch_sub(1, Ordering::SeqCst);
         if !self.finished {
             metrics::record_disconnect();
             tracing::info!(

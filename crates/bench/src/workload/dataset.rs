@@ -57,8 +57,13 @@ fn jsonl_record(v: &Value, default_max_tokens: u32) -> Option<RequestSpec> {
         (None, Some(m)) => PromptSpec::Messages(m.clone()),
         _ => return None,
     };
+    Some(RequestSpec::new(prompt, record_max_tokens(v, default_max_tokens)))
+}
+
+/// A recorded request's `max_tokens` (or `max_completion_tokens`), else the run's.
+fn record_max_tokens(v: &Value, default_max_tokens: u32) -> u32 {
     let max_tokens = v["max_tokens"].as_u64().or(v["max_completion_tokens"].as_u64());
-    Some(RequestSpec::new(prompt, max_tokens.map_or(default_max_tokens, |n| n as u32)))
+    max_tokens.map_or(default_max_tokens, |n| n as u32)
 }
 
 /// Recorded requests' tool lists, built once each: an agent's requests repeat one list.
@@ -190,7 +195,7 @@ fn recorded_sessions(records: &[(usize, Value)], default_max_tokens: u32) -> Res
         };
         let messages = v["messages"].as_array().filter(|m| !m.is_empty()).ok_or_else(|| at("needs \"messages\""))?;
         let tools = tool_sets.of(v).map_err(|e| at(&e))?;
-        let max_tokens = jsonl_record(v, default_max_tokens).map_or(default_max_tokens, |spec| spec.max_tokens);
+        let max_tokens = record_max_tokens(v, default_max_tokens);
         let recorded = RecordedTurn::new(messages, tools);
         let turn = Turn { messages: messages.clone(), max_tokens, delay_ms: 0.0, recorded: Some(recorded) };
         if !turns.contains_key(&id) {

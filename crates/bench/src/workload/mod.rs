@@ -87,11 +87,10 @@ pub async fn build(
                 sessions.truncate(n.saturating_mul(levels));
             }
             let turns: usize = sessions.iter().map(|s| s.turns.len()).sum();
-            let replies = match sessions.iter().flat_map(|s| &s.turns).any(|t| t.recorded.is_some()) {
-                true => {
-                    "recorded: each request is sent as it was recorded (--save-sessions), whatever the server replies"
-                }
-                false => "the server's live replies are the history",
+            let replies = if sessions.iter().flat_map(|s| &s.turns).any(|t| t.recorded.is_some()) {
+                "recorded: each request is sent as it was recorded (--save-sessions), whatever the server replies"
+            } else {
+                "the server's live replies are the history"
             };
             let description = json!({"kind": "sessions", "source": path.display().to_string(), "sha256": crate::sha256_file(path),
                 "sessions": sessions.len(), "turns": turns, "replies": replies});

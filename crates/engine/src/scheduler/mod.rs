@@ -226,7 +226,7 @@ impl<E: Executor> Scheduler<E> {
         request.started.as_ref()?;
         let now = Instant::now();
         let waited_ms = now.saturating_duration_since(request.submitted).as_secs_f64() * 1000.0;
-        let predicted_ms = waited_ms + self.stats.forecast.read().own_first_token_ms(request.expected_prefill);
+        let predicted_ms = waited_ms + self.forecaster.costs().own_first_token_ms(request.expected_prefill);
         (predicted_ms > limit_ms as f64).then_some(Rejected::WaitedTooLong {
             waited_ms: waited_ms as u64,
             predicted_ms: predicted_ms as u64,

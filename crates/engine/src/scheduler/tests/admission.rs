@@ -10,11 +10,9 @@ use super::*;
 
 type Started = oneshot::Receiver<Result<(), Rejected>>;
 
-/// One slot, a bound of `limit_ms`, the frozen step costs published for the forecast.
+/// One slot, a bound of `limit_ms`, the harness's frozen step costs.
 fn bounded(limit_ms: u64) -> Harness {
-    let mut h = Harness::configured(1, 256, |c| c.max_queue_ms = Some(limit_ms));
-    h.scheduler.publish(false);
-    h
+    Harness::configured(1, 256, |c| c.max_queue_ms = Some(limit_ms))
 }
 
 /// Queues a request as if it had been submitted `waited` ago, with its start signal.
