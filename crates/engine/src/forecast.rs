@@ -384,7 +384,7 @@ mod tests {
         // Third in line with two slots: a whole expected request (100 x 20 ms) after slot 0.
         assert_eq!(o.first_token_ms(&[10, 10], 0, o.at), 300.0 + 2000.0 + 20.0);
         // Long prompts ahead outweigh an early slot.
-        assert_eq!(o.first_token_ms(&[5000], 600, o.at), 5000.0 + 600.0 + 20.0);
+        assert_eq!(o.first_token_ms(&[5000], 300, o.at), 5000.0 + 300.0 + 20.0);
     }
 
     #[test]

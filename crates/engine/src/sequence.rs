@@ -89,8 +89,6 @@ pub(crate) struct Sequence {
     /// The last sampled token, not yet in the KV cache.
     pub last_token: Option<TokenId>,
     pub generated: u32,
-    /// Tokens sampled (generated less those a constraint forced).
-    sampled: u32,
     /// Every sampled token, in order (all but the last are in the KV cache).
     generated_ids: Vec<TokenId>,
     /// Prompt tokens reused from the slot's KV cache (found at admission, less any
@@ -129,7 +127,6 @@ impl Sequence {
             cached: reused,
             last_token: None,
             generated: 0,
-            sampled: 0,
             generated_ids: Vec::new(),
             cached_prompt: reused,
             text,
@@ -241,14 +238,6 @@ impl Sequence {
         }
     }
 
-    /// A constrained sequence sampling the first tokens of its output, before which its
-    /// client sees little or nothing (a tool call's name, a JSON object's first key).
-    pub fn is_opening_constrained_output(&self) -> bool {
-        !self.is_prefilling()
-            && self.request.constraint.is_some()
-            && self.sampled < crate::prefill_plan::OPENING_SAMPLED_TOKENS
-    }
-
     /// Before sampling: the tokens its constraint allows now (`None`: unconstrained).
     pub fn constraint_mask(&mut self) -> Result<Option<toktrie::SimpleVob>, String> {
         match self.request.constraint.as_mut() {
@@ -267,7 +256,6 @@ impl Sequence {
         ctx_limit: u32,
         counters: &ConstraintCounters,
     ) -> Result<Option<FinishReason>, String> {
-        self.sampled += 1;
         let Some(constraint) = self.request.constraint.as_mut() else {
             return Ok(self.push_generated(token, tokenizer, ctx_limit));
         };

@@ -71,11 +71,6 @@ impl StepBatch {
         slots.iter().flatten().map(|s| s.uncached_generated().len() + s.drafts.len()).sum()
     }
 
-    /// How long the planned step took (the prefill planner shares time by it).
-    pub fn observe_step(&mut self, took_ms: f64) {
-        self.planner.observe(took_ms);
-    }
-
     /// Fills the batch for this step.
     ///
     /// Which prompts get prefill budget is decided oldest first, but the batch itself is
@@ -106,14 +101,7 @@ impl StepBatch {
             let Some(seq) = slots[slot].as_ref().filter(|s| s.is_prefilling() && !s.awaits_fork) else { continue };
             self.prompts_left.push((slot, seq.prompt_left().len()));
         }
-        // A short prompt goes whole beside the decode rows, unless a TPOT objective caps the step.
-        let short_budget = if generating > 0 && prefill_cap != usize::MAX {
-            budget
-        } else {
-            self.step_budget.min(self.batch_limit.saturating_sub(generating))
-        };
-        let opening_outputs = slots.iter().flatten().any(Sequence::is_opening_constrained_output);
-        self.planner.plan(budget, short_budget, &self.prompts_left, opening_outputs, &mut self.prefill_take);
+        self.planner.plan(budget, &self.prompts_left, &mut self.prefill_take);
         self.widen_prefills(slots, executor, stats, generating);
         for (slot, seq) in slots.iter().enumerate() {
             let Some(seq) = seq else { continue };

@@ -298,9 +298,8 @@ impl<E: Executor> Scheduler<E> {
             decode_ms = took_ms,
             "step"
         );
-        self.batch.observe_step(took_ms);
         if let Err(error) = decoded {
-            tracing::error!(%error, tokens = self.batch.tokens.len(), "decode failed");
+            tracing::error!(%error, tokens = tokens.len(), "decode failed");
             let slots: Vec<usize> = self.admission_order.iter().copied().collect();
             for slot in slots {
                 self.release(slot, FinishReason::Error, Some(error.to_string()));

@@ -48,24 +48,3 @@ fn forced_tokens_stop_at_max_tokens() {
     assert_eq!((text.as_str(), done.finish_reason), ("hello", FinishReason::Length));
     assert_eq!(done.usage.completion_tokens, 5);
 }
-
-#[test]
-fn a_long_prompt_waits_while_a_constrained_output_samples_its_first_tokens() {
-    let mut h = Harness::new(2, 64);
-    let mut events = h.submit_regex("q", 50, "[a-z][a-z][a-z][a-z][a-z]");
-    h.step(); // its prompt, and the first letter
-    let _long = h.submit(&"d".repeat(1200));
-    // The letters after the first each get a step without the long prompt's chunk, while
-    // the long prompt keeps at least half of the time (its steps are far slower here).
-    let mut held = 0;
-    while h.scheduler.slots[0].is_some() {
-        h.step();
-        let batch = h.scheduler.executor.batches.last().cloned().expect("a batch");
-        if !batch.iter().any(|t| t.seq == 1) {
-            held += 1;
-        }
-    }
-    assert!(held >= 1, "no step held the long prompt back");
-    let (text, done) = drain(&mut events);
-    assert_eq!((text.len(), done.finish_reason), (5, FinishReason::Stop));
-}

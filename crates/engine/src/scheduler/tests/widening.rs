@@ -27,7 +27,7 @@ fn a_chat_turn_that_arrives_behind_a_long_prompt_gets_the_next_step_to_itself() 
     let mut h = Harness::new(4, 128);
     let _running = h.submit_n("r", 200);
     h.step();
-    let _long = h.submit(&"d".repeat(1200));
+    let _long = h.submit(&"d".repeat(600));
     h.step();
     let mut turn = h.submit("a short turn");
     // The long prompt's chunks pause for one step, the decode token goes on.
