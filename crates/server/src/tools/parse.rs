@@ -116,10 +116,14 @@ impl ToolCallParser {
         let rest = std::mem::take(&mut self.pending);
         let held = std::mem::take(&mut self.held);
         let mut events = Vec::new();
+        // Right after a call, the start of another one cut short (`max_tokens`) is markup.
+        let after_call = self.after_call;
+        let opens_a_call = |text: &str| self.syntax.trigger.starts_with(text.trim_start());
         match std::mem::replace(&mut self.mode, Mode::Content) {
+            Mode::Content if after_call && opens_a_call(&rest) => {}
             Mode::Content => self.content(&rest, &mut events),
-            // A call cut short (`max_tokens`) before its name, or never closed: its text
-            // is content.
+            Mode::Header | Mode::Whole(..) if after_call => {}
+            // A call cut short before its name, or never closed: its text is content.
             Mode::Header | Mode::Whole(..) => self.content(&format!("{held}{rest}"), &mut events),
             Mode::Arguments(_) => {
                 let index = self.calls.len() as u32 - 1;
@@ -278,6 +282,7 @@ impl ToolCallParser {
         if !separator.is_empty() && body.starts_with(separator) {
             self.pending.drain(..skipped + separator.len());
             self.mode = Mode::Header;
+            self.after_call = true;
             return true;
         }
         if !block_close.is_empty() && body.starts_with(block_close) {
@@ -439,6 +444,25 @@ mod tests {
         assert_eq!(content, "<tool_call>\n{\"na", "a call cut before its name is content");
         let (_, calls, _) = feed(&TWO_CALLS[..TWO_CALLS.len() - 14], 3);
         assert_eq!(calls.iter().map(|c| c.complete).collect::<Vec<_>>(), [true, false], "the cut call is marked");
+    }
+
+    #[test]
+    fn another_call_cut_short_right_after_a_call_is_markup_not_content() {
+        let one_call = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>";
+        for cut in ["\n<tool", "\n<tool_call>\n{\"na", "\n<tool_call>\n{\"name\": \"g"] {
+            for size in [1, 3, 1000] {
+                let (content, calls, _) = feed(&format!("{one_call}{cut}"), size);
+                assert_eq!((content.as_str(), calls.len()), ("", 1), "{cut:?}, pieces of {size}");
+            }
+        }
+        let llama = "{\"name\": \"f\", \"parameters\": {}}";
+        for cut in ["; {\"", " {\"na", "; {\"name\": \"g"] {
+            let (content, calls, _) = feed_as(ToolCallFormat::Llama3Json, &format!("{llama}{cut}"), 2);
+            assert_eq!((content.as_str(), calls.len()), ("", 1), "{cut:?}");
+        }
+        // Text after a call that opens none is still content.
+        let (content, _, _) = feed(&format!("{one_call} done"), 2);
+        assert_eq!(content, "done");
     }
 
     #[test]
