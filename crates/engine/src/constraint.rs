@@ -206,6 +206,23 @@ impl SequenceConstraint {
         Ok(Some(mask))
     }
 
+    /// Tokens the grammar forces before the output's first free choice (a JSON object's
+    /// `{"` and first key, a tool call's markup and `{"name": "`), at most `limit`; not
+    /// taken in (`take_forced` does that once they are fed).
+    pub fn forced_at_start(&mut self, limit: usize) -> Vec<TokenId> {
+        if self.trigger.is_some() {
+            return Vec::new();
+        }
+        let mut forced = self.matcher.compute_ff_tokens();
+        forced.truncate(limit.min(MAX_FORCED_PER_STEP));
+        forced
+    }
+
+    /// Takes in tokens `forced_at_start` gave.
+    pub fn take_forced(&mut self, tokens: &[TokenId]) -> Result<(), String> {
+        self.matcher.consume_tokens(tokens).map_err(|e| grammar_error(&e.to_string()))
+    }
+
     /// How many of `tokens`' first tokens the grammar accepts from here (all of them while
     /// a lazy constraint waits for its trigger). Checks them without taking them in.
     pub fn allowed_prefix(&mut self, tokens: &[TokenId]) -> usize {

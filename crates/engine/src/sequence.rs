@@ -105,6 +105,11 @@ pub(crate) struct Sequence {
     pub awaits_fork: bool,
     /// Slots of the request's other choices waiting for this one's prompt.
     pub forks: Vec<usize>,
+    /// Tokens its constraint forces before the first sampled one: fed after the last chunk
+    /// of its prompt, so they cost no step of their own (jump-forward from the start).
+    /// Emptied once fed, or when that step had no room for them (the grammar then forces
+    /// them one at a time).
+    pub start_forced: Vec<TokenId>,
     /// Tokens drafted for this step, fed after the uncached generated ones (`speculate`).
     pub drafts: Vec<TokenId>,
     /// How often the model keeps drafted tokens, by where they came from: how deep the
@@ -134,6 +139,7 @@ impl Sequence {
             prompt_scores: Vec::new(),
             awaits_fork: false,
             forks: Vec::new(),
+            start_forced: Vec::new(),
             drafts: Vec::new(),
             acceptance: Default::default(),
             predicted: None,
@@ -236,6 +242,44 @@ impl Sequence {
             Some(constraint) => constraint.allowed_prefix(draft),
             None => draft.len(),
         }
+    }
+
+    /// Finds the tokens its constraint forces at the start (`start_forced`), leaving room
+    /// within `max_tokens` and the context for the token sampled after them. Not for a
+    /// request with choices (they copy the prompt's KV and sample from its last row), with
+    /// log-probabilities (a forced token has none) or with its prompt scored.
+    pub fn find_start_forced(&mut self, ctx_limit: u32) {
+        let request = &mut self.request;
+        let Some(constraint) = request.constraint.as_mut() else { return };
+        if request.n > 1 || request.logprobs.is_some() || request.prompt_logprobs.is_some() {
+            return;
+        }
+        let room = (ctx_limit as usize).saturating_sub(request.prompt.len() + 1).min(request.max_tokens as usize);
+        self.start_forced = constraint.forced_at_start(room);
+    }
+
+    /// The step fed `start_forced` after its prompt: they are its first output tokens, and
+    /// stream now (the token sampled after them follows). The finish reason if they end it.
+    pub fn accept_start_forced(
+        &mut self,
+        tokenizer: &dyn Tokenizer,
+        ctx_limit: u32,
+        counters: &ConstraintCounters,
+    ) -> Result<Option<FinishReason>, String> {
+        let forced = std::mem::take(&mut self.start_forced);
+        let Some(constraint) = self.request.constraint.as_mut() else { return Ok(None) };
+        constraint.take_forced(&forced)?;
+        counters.record_tokens(0, forced.len() as u64);
+        for &token in &forced {
+            if let Some(reason) = self.push_generated(token, tokenizer, ctx_limit) {
+                return Ok(Some(reason));
+            }
+        }
+        if self.request.constraint.as_ref().is_some_and(SequenceConstraint::is_complete) {
+            self.flush_text();
+            return Ok(Some(FinishReason::Stop));
+        }
+        Ok(None)
     }
 
     /// Before sampling: the tokens its constraint allows now (`None`: unconstrained).

@@ -103,7 +103,9 @@ impl StepBatch {
         }
         self.planner.plan(budget, &self.prompts_left, &mut self.prefill_take);
         self.widen_prefills(slots, executor, stats, generating);
-        for (slot, seq) in slots.iter().enumerate() {
+        // What one decode call still takes after the planned rows: room for forced tokens.
+        let mut room = self.batch_limit.saturating_sub(generating + self.prefilled());
+        for (slot, seq) in slots.iter_mut().enumerate() {
             let Some(seq) = seq else { continue };
             if !seq.is_prefilling() {
                 // The last generated token's row is the output; each draft's row follows it,
@@ -120,17 +122,26 @@ impl StepBatch {
             }
             let take = self.prefill_take[slot];
             let completes_prompt = take > 0 && take == seq.prompt_left().len();
+            // The tokens its constraint forces first go with the prompt's last chunk, and the
+            // output row is the last of them; without room they are forced one at a time.
+            if completes_prompt && seq.start_forced.len() > room {
+                seq.start_forced.clear();
+            }
+            let forced = if completes_prompt { seq.start_forced.len() } else { 0 };
+            room -= forced;
             let scored = seq.request.prompt_logprobs.is_some();
-            for (i, &token) in seq.prompt_left()[..take].iter().enumerate() {
-                let sampled = completes_prompt && i + 1 == take;
+            let fed = seq.prompt_left()[..take].iter().chain(&seq.start_forced[..forced]);
+            for (i, &token) in fed.enumerate() {
+                let sampled = completes_prompt && i + 1 == take + forced;
                 let pos = seq.cached + i as u32;
                 if sampled {
                     self.outputs.push((slot, self.tokens.len()));
                 }
-                if scored {
+                let scores = scored && i < take;
+                if scores {
                     self.prompt_rows.push((slot, self.tokens.len(), pos as usize));
                 }
-                self.tokens.push(BatchToken { token, pos, seq: slot, logits: sampled || scored });
+                self.tokens.push(BatchToken { token, pos, seq: slot, logits: sampled || scores });
             }
         }
     }

@@ -205,7 +205,9 @@ impl<E: Executor> Scheduler<E> {
             self.executor.truncate_sequence(slot, reused as u32);
             self.executor.start_sequence(slot, &request.sampling, request.ignore_eos);
             let choices: Vec<PendingRequest> = (1..request.n).map(|index| request.choice(index)).collect();
-            self.slots[slot] = Some(Sequence::new(request, reused as u32));
+            let mut seq = Sequence::new(request, reused as u32);
+            seq.find_start_forced(self.executor.ctx_per_sequence());
+            self.slots[slot] = Some(seq);
             self.admission_order.push_back(slot);
             let forks = self.admit_choices(choices);
             if let Some(seq) = self.slots[slot].as_mut() {
@@ -329,6 +331,26 @@ impl<E: Executor> Scheduler<E> {
             if seq.request.max_tokens == 0 {
                 self.release(slot, FinishReason::Length, None);
                 continue;
+            }
+            if !seq.start_forced.is_empty() {
+                // The step fed them after its prompt: its first output tokens.
+                match seq.accept_start_forced(self.tokenizer.as_ref(), ctx_limit, &self.stats.constraints) {
+                    Ok(None) => {}
+                    Ok(Some(reason)) => {
+                        // Cells of forced tokens after the one that ended it hold nothing of its.
+                        let kept = seq.request.prompt.len() as u32 + seq.generated;
+                        if seq.cached > kept {
+                            seq.cached = kept;
+                            self.executor.truncate_sequence(slot, kept);
+                        }
+                        self.release(slot, reason, None);
+                        continue;
+                    }
+                    Err(error) => {
+                        self.release(slot, FinishReason::Error, Some(error));
+                        continue;
+                    }
+                }
             }
             let ctx =
                 DecodeContext { tokenizer: self.tokenizer.as_ref(), ctx_limit, counters: &self.stats.constraints };
