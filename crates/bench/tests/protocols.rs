@@ -121,8 +121,8 @@ async fn an_error_event_midway_fails_the_request_with_its_message() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tokenizer_counts_output_the_server_did_not_and_says_so() {
-    let dir = std::env::temp_dir().join(format!("rillm-proto-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let temp = tempfile::tempdir().expect("a temp dir");
+    let dir = temp.path();
     // A word-level tokenizer.json: " t0 t1 ..." is one token per word.
     let vocab: serde_json::Map<String, serde_json::Value> = (0..TOKENS)
         .map(|i| (format!("t{i}"), serde_json::json!(i + 2)))

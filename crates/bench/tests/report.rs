@@ -12,15 +12,16 @@ mod support;
 
 use support::{bench, Mock};
 
-fn temp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("rillm-report-{}-{name}", std::process::id()))
+/// A test's files go in its own directory, removed when the test ends (`tempfile::TempDir`).
+fn temp(dir: &tempfile::TempDir, name: &str) -> PathBuf {
+    dir.path().join(name)
 }
 
 /// A two-level sweep against a mock with this TTFT, written to `name`.json and .html.
-async fn sweep(ttft_ms: u64, rates: &str, name: &str) -> (PathBuf, PathBuf) {
+async fn sweep(dir: &tempfile::TempDir, ttft_ms: u64, rates: &str, name: &str) -> (PathBuf, PathBuf) {
     let mock = Mock::start(ttft_ms, 5, 12, 10_000);
     let url = format!("{}/v1/completions", mock.base);
-    let (json, html) = (temp(&format!("{name}.json")), temp(&format!("{name}.html")));
+    let (json, html) = (temp(dir, &format!("{name}.json")), temp(dir, &format!("{name}.html")));
     let args = ["--url", &url, "--rate", rates, "--requests", "12", "--ttft-slo-ms", "100", "--output"];
     let mut args: Vec<&str> = args.to_vec();
     args.extend([json.to_str().unwrap(), "--report", html.to_str().unwrap()]);
@@ -46,9 +47,10 @@ fn row<'a>(text: &'a str, metric: &str) -> Vec<&'a str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compare_puts_runs_side_by_side_and_refuses_different_workloads() {
-    let (fast, _) = sweep(10, "20,40", "fast").await;
-    let (slow, _) = sweep(150, "20,40", "slow").await;
-    let page = temp("compare.html");
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let (fast, _) = sweep(&dir, 10, "20,40", "fast").await;
+    let (slow, _) = sweep(&dir, 150, "20,40", "slow").await;
+    let page = temp(&dir, "compare.html");
     let text = compare::run(&compare_args(&[&fast, &slow], Some(&page))).expect("same workload compares");
     assert_eq!(text.matches("== ").count(), 3, "the sweep, then one block per level: {text}");
     // Both levels of the fast mock meet the 100 ms TTFT SLO; the slow mock's none.
@@ -84,7 +86,7 @@ async fn compare_puts_runs_side_by_side_and_refuses_different_workloads() {
     assert_eq!(html.matches("<svg").count(), 2 + 2 * 2, "sweep charts and two CDFs per level");
 
     // Another rate list is another workload: refused with what differs, unless forced.
-    let (other, _) = sweep(10, "20,30", "other").await;
+    let (other, _) = sweep(&dir, 10, "20,30", "other").await;
     let refused = compare::run(&compare_args(&[&fast, &other], None)).expect_err("refused").to_string();
     assert!(refused.contains("different workloads") && refused.contains("level 2 load"), "{refused}");
     assert!(refused.contains("--force"), "{refused}");
@@ -93,7 +95,7 @@ async fn compare_puts_runs_side_by_side_and_refuses_different_workloads() {
     assert!(compare::run(&forced).unwrap().contains("WORKLOADS DIFFER"));
 
     // A file that is not a result is named in the error.
-    let junk = temp("junk.json");
+    let junk = temp(&dir, "junk.json");
     std::fs::write(&junk, r#"{"hello": 1}"#).unwrap();
     let err = compare::run(&compare_args(&[&fast, &junk], None)).expect_err("refused").to_string();
     assert!(err.contains("junk.json") && err.contains("not a rillm bench result"), "{err}");
@@ -166,10 +168,11 @@ fn assert_page_renders(seen: &Value, what: &str, min_svgs: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn report_and_compare_pages_load_in_headless_chromium() {
+    let dir = tempfile::tempdir().expect("a temp dir");
     let Some(chromium) = chromium() else { return };
-    let (a, report) = sweep(10, "20,40", "browser-a").await;
-    let (b, _) = sweep(30, "20,40", "browser-b").await;
-    let page = temp("browser-compare.html");
+    let (a, report) = sweep(&dir, 10, "20,40", "browser-a").await;
+    let (b, _) = sweep(&dir, 30, "20,40", "browser-b").await;
+    let page = temp(&dir, "browser-compare.html");
     compare::run(&compare_args(&[&a, &b], Some(&page))).unwrap();
     // Sweep: 3 overview charts, then 4 per level.
     assert_page_renders(&open_in_chromium(&chromium, &report), "report", 3 + 2 * 4);

@@ -233,10 +233,11 @@ fn sharegpt_session(v: &Value, index: usize, max_tokens: u32) -> Option<Session>
 mod tests {
     use super::*;
 
-    fn write(name: &str, content: &str) -> std::path::PathBuf {
-        let path = std::env::temp_dir().join(format!("rillm-ds-{}-{name}", std::process::id()));
-        std::fs::write(&path, content).unwrap();
-        path
+    /// `content` in a file named like `name` that is removed when the handle drops.
+    fn write(name: &str, content: &str) -> tempfile::TempPath {
+        let file = tempfile::Builder::new().prefix("rillm-ds-").suffix(&format!("-{name}")).tempfile().unwrap();
+        std::fs::write(file.path(), content).unwrap();
+        file.into_temp_path()
     }
 
     #[test]

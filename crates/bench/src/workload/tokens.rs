@@ -190,7 +190,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_tokenizer_json_counts_words_and_bos() {
-        let path = std::env::temp_dir().join(format!("rillm-tok-{}.json", std::process::id()));
+        let path = tempfile::Builder::new().suffix(".json").tempfile().unwrap().into_temp_path();
         std::fs::write(&path, word_tokenizer_json()).unwrap();
         let counter = TokenCounter::from_file(&path).unwrap();
         assert_eq!(counter.count(&PromptSpec::Text("hello world hello".into())).await.unwrap(), Some(4));

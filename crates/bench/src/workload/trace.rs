@@ -223,10 +223,11 @@ fn burstgpt(text: &str, wanted: Option<usize>) -> Result<Vec<Raw>, String> {
 mod tests {
     use super::*;
 
-    fn write(name: &str, content: &str) -> std::path::PathBuf {
-        let path = std::env::temp_dir().join(format!("rillm-trace-{}-{name}", std::process::id()));
-        std::fs::write(&path, content).unwrap();
-        path
+    /// `content` in a file named like `name` that is removed when the handle drops.
+    fn write(name: &str, content: &str) -> tempfile::TempPath {
+        let file = tempfile::Builder::new().prefix("rillm-trace-").suffix(&format!("-{name}")).tempfile().unwrap();
+        std::fs::write(file.path(), content).unwrap();
+        file.into_temp_path()
     }
 
     #[test]
