@@ -270,16 +270,7 @@ impl Sequence {
         let Some(constraint) = self.request.constraint.as_mut() else { return Ok(None) };
         constraint.take_forced(&forced)?;
         counters.record_tokens(0, forced.len() as u64);
-        for &token in &forced {
-            if let Some(reason) = self.push_generated(token, tokenizer, ctx_limit) {
-                return Ok(Some(reason));
-            }
-        }
-        if self.request.constraint.as_ref().is_some_and(SequenceConstraint::is_complete) {
-            self.flush_text();
-            return Ok(Some(FinishReason::Stop));
-        }
-        Ok(None)
+        Ok(self.push_constrained(&forced, tokenizer, ctx_limit))
     }
 
     /// Before sampling: the tokens its constraint allows now (`None`: unconstrained).
@@ -316,18 +307,29 @@ impl Sequence {
             Advance::Complete => &[],
         };
         counters.record_tokens(1, forced.len() as u64);
-        for &t in std::iter::once(&token).chain(forced) {
-            if let Some(reason) = self.push_generated(t, tokenizer, ctx_limit) {
-                return Ok(Some(reason));
+        // `Advance::Complete` is the constraint complete: `push_constrained` checks it.
+        Ok(self.push_constrained(std::iter::once(&token).chain(forced), tokenizer, ctx_limit))
+    }
+
+    /// Constrained output tokens the matcher has taken in (a sampled one and those forced
+    /// after it, or those forced at the start): streamed, each counted; the finish reason
+    /// if one ends the request, else `Stop` once the grammar is complete.
+    fn push_constrained<'t>(
+        &mut self,
+        tokens: impl IntoIterator<Item = &'t TokenId>,
+        tokenizer: &dyn Tokenizer,
+        ctx_limit: u32,
+    ) -> Option<FinishReason> {
+        for &token in tokens {
+            if let Some(reason) = self.push_generated(token, tokenizer, ctx_limit) {
+                return Some(reason);
             }
         }
-        let complete = advance == Advance::Complete
-            || self.request.constraint.as_ref().is_some_and(SequenceConstraint::is_complete);
-        if complete {
+        if self.request.constraint.as_ref().is_some_and(SequenceConstraint::is_complete) {
             self.flush_text();
-            return Ok(Some(FinishReason::Stop));
+            return Some(FinishReason::Stop);
         }
-        Ok(None)
+        None
     }
 
     /// The log-probability of the token about to be accepted (requests that asked for them;

@@ -233,12 +233,7 @@ fn sharegpt_session(v: &Value, index: usize, max_tokens: u32) -> Option<Session>
 mod tests {
     use super::*;
 
-    /// `content` in a file named like `name` that is removed when the handle drops.
-    fn write(name: &str, content: &str) -> tempfile::TempPath {
-        let file = tempfile::Builder::new().prefix("rillm-ds-").suffix(&format!("-{name}")).tempfile().unwrap();
-        std::fs::write(file.path(), content).unwrap();
-        file.into_temp_path()
-    }
+    use crate::workload::test_file as write;
 
     #[test]
     fn sharegpt_takes_the_first_human_turn() {

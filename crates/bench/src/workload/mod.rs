@@ -390,3 +390,12 @@ async fn synthetic_sessions(
     });
     Ok(Built { workload: Workload::Sessions(sessions), description, notes })
 }
+
+/// A test input: `content` in a file named like `name` (loaders read the extension), removed
+/// when the handle drops.
+#[cfg(test)]
+pub(crate) fn test_file(name: &str, content: &str) -> tempfile::TempPath {
+    let file = tempfile::Builder::new().prefix("rillm-").suffix(&format!("-{name}")).tempfile().unwrap();
+    std::fs::write(file.path(), content).unwrap();
+    file.into_temp_path()
+}

@@ -223,12 +223,7 @@ fn burstgpt(text: &str, wanted: Option<usize>) -> Result<Vec<Raw>, String> {
 mod tests {
     use super::*;
 
-    /// `content` in a file named like `name` that is removed when the handle drops.
-    fn write(name: &str, content: &str) -> tempfile::TempPath {
-        let file = tempfile::Builder::new().prefix("rillm-trace-").suffix(&format!("-{name}")).tempfile().unwrap();
-        std::fs::write(file.path(), content).unwrap();
-        file.into_temp_path()
-    }
+    use crate::workload::test_file as write;
 
     #[test]
     fn azure_rows_replay_relative_to_the_first_with_scaling() {

@@ -129,6 +129,7 @@ impl StepBatch {
             }
             let forced = if completes_prompt { seq.start_forced.len() } else { 0 };
             room -= forced;
+            // A scored prompt has nothing forced after it (`Sequence::find_start_forced`).
             let scored = seq.request.prompt_logprobs.is_some();
             let fed = seq.prompt_left()[..take].iter().chain(&seq.start_forced[..forced]);
             for (i, &token) in fed.enumerate() {
@@ -137,11 +138,10 @@ impl StepBatch {
                 if sampled {
                     self.outputs.push((slot, self.tokens.len()));
                 }
-                let scores = scored && i < take;
-                if scores {
+                if scored {
                     self.prompt_rows.push((slot, self.tokens.len(), pos as usize));
                 }
-                self.tokens.push(BatchToken { token, pos, seq: slot, logits: sampled || scores });
+                self.tokens.push(BatchToken { token, pos, seq: slot, logits: sampled || scored });
             }
         }
     }
