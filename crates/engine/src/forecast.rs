@@ -215,12 +215,12 @@ impl Forecaster {
         }
     }
 
-    /// What decode steps cost by their rows, to price drafts with.
     /// The step costs measured so far (what the next published outlook will carry).
     pub fn costs(&self) -> StepCosts {
         self.costs
     }
 
+    /// What decode steps cost by their rows, to price drafts with.
     pub fn row_costs(&self) -> DraftPrices<'_> {
         DraftPrices { rows: &self.rows, one_row_ms: self.costs.decode_step_ms }
     }
