@@ -20,6 +20,9 @@
 # draws new questions), and `rillm bench compare` then names each server's sustainable rate: the highest
 # swept rate with >= 90 % of requests within the TTFT SLO (500 ms).
 # SERVERS="rillm llama" picks which servers run (ratios for the workloads OUT_DIR has both of).
+# SLO_SCALE=S judges every workload by calibrated objectives (TTFT and TPOT, `--slo-scale`):
+# calibrated on the first server in SERVERS, workload by workload, and passed to the others
+# with `--slos-from`, so the sustainable rates and goodput compare against one yardstick.
 # Prompts have exact token lengths on both servers: the bench counts them with each
 # server's own /tokenize.
 set -euo pipefail
@@ -39,18 +42,23 @@ run_workloads() { # name
   # session-rate draws other conversations (seed 2) than sessions: none of its turns may be
   # cached by the run before it.
   local common=(--url "$url" --temperature 0)
+  local first=${SERVERS%% *}
   for w in $WORKLOADS; do
+    local slos=()
+    if [ -n "${SLO_SCALE:-}" ]; then
+      if [ "$1" = "$first" ]; then slos=(--slo-scale "$SLO_SCALE"); else slos=(--slos-from "$OUT/$first-$w.json"); fi
+    fi
     case $w in
-      trace) "$BENCH" bench "${common[@]}" --seed 1 --trace "$TRACE" --requests 200 --input-scale 0.1 --output-scale 0.2 \
+      trace) "$BENCH" bench "${common[@]}" "${slos[@]}" --seed 1 --trace "$TRACE" --requests 200 --input-scale 0.1 --output-scale 0.2 \
                --time-scale "$TRACE_TIME_SCALE" --output "$OUT/$1-trace.json" > "$OUT/$1-trace.txt" ;;
-      sessions) "$BENCH" bench "${common[@]}" --seed 1 --sessions 24 --turns 4 --opening-tokens 300,30 --input-tokens 30,10 \
+      sessions) "$BENCH" bench "${common[@]}" "${slos[@]}" --seed 1 --sessions 24 --turns 4 --opening-tokens 300,30 --input-tokens 30,10 \
                --output-tokens 48 --concurrency 8 --output "$OUT/$1-sessions.json" > "$OUT/$1-sessions.txt" ;;
-      session-rate) "$BENCH" bench "${common[@]}" --seed 2 --sessions 12 --turns 4 --opening-tokens 300,30 --input-tokens 30,10 \
+      session-rate) "$BENCH" bench "${common[@]}" "${slos[@]}" --seed 2 --sessions 12 --turns 4 --opening-tokens 300,30 --input-tokens 30,10 \
                --output-tokens 48 --think-ms exp:2000 --rate "$SESSION_RATES" --output "$OUT/$1-session-rate.json" \
                > "$OUT/$1-session-rate.txt" ;;
-      recurring) "$BENCH" bench "${common[@]}" --seed 1 --input-tokens 100,40 --distinct-prompts 40 --requests 80 \
+      recurring) "$BENCH" bench "${common[@]}" "${slos[@]}" --seed 1 --input-tokens 100,40 --distinct-prompts 40 --requests 80 \
                --output-tokens 32 --rate "$RATES" --output "$OUT/$1-recurring.json" > "$OUT/$1-recurring.txt" ;;
-      prefix) "$BENCH" bench "${common[@]}" --seed 1 --shared-prefix-tokens 200 --prefix-groups 4 --input-tokens 40 \
+      prefix) "$BENCH" bench "${common[@]}" "${slos[@]}" --seed 1 --shared-prefix-tokens 200 --prefix-groups 4 --input-tokens 40 \
                --output-tokens 32 --rate "$RATES" --requests 60 --output "$OUT/$1-prefix.json" > "$OUT/$1-prefix.txt" ;;
       *) echo "unknown workload $w" >&2; exit 2 ;;
     esac

@@ -17,6 +17,9 @@
 #
 #   LLAMA_SERVER=/path/to/llama-server scripts/compare-speculation.sh [OUT_DIR]
 #   KINDS="code extract" ... runs only those workloads.
+#   DRAFT_MODEL=small.gguf SERVERS="rillm-off rillm-draft llama llama-draft" ... adds
+#   speculation with a draft model of the same vocabulary (rillm --speculative draft,
+#   llama-server --model-draft); MODEL=big.gguf sets the target.
 #
 # Prints `rillm bench compare` per workload (ratios to rillm off), and each server's drafted
 # and accepted tokens where it reports vLLM's spec_decode metrics.
@@ -99,6 +102,8 @@ start() { # server log
     rillm-ngram) RILLM_ARGS="--speculative ngram" start_rillm "$2" ;;
     llama) start_llama "$2" ;;
     llama-ngram) LLAMA_ARGS="--spec-type ngram-mod --metrics" start_llama "$2" ;;
+    rillm-draft) RILLM_ARGS="--speculative draft --draft-model ${DRAFT_MODEL:?}" start_rillm "$2" ;;
+    llama-draft) LLAMA_ARGS="--model-draft ${DRAFT_MODEL:?} --metrics" start_llama "$2" ;;
     *) echo "unknown server $1" >&2; exit 2 ;;
   esac
 }

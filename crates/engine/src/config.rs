@@ -32,9 +32,18 @@ pub struct EngineConfig {
     /// A Jinja chat template used instead of the GGUF's own (llama-server's
     /// `--chat-template-file`): e.g. one that lists tools itself.
     pub chat_template: Option<String>,
-    /// Speculative decoding: drafts from the sequence's own tokens (prompt lookup),
-    /// verified in the batch, fed only where they pay (`speculate`).
+    /// Speculative decoding: drafts from the sequence's own tokens (prompt lookup) or a
+    /// draft model, verified in the batch, fed only where they pay (`speculate`).
     pub speculative: Speculative,
+    /// The draft model's GGUF for `Speculative::Draft`: a smaller model with the same
+    /// vocabulary (llama-server's `--model-draft`).
+    pub draft_model_path: Option<PathBuf>,
+    /// Most tokens a draft model proposes for one sequence in one step (llama-server's
+    /// `--draft-max`).
+    pub draft_max: usize,
+    /// Tokens a draft model proposes for a sequence in every step at least, whatever the
+    /// measured costs say (llama-server's `--draft-min`); 0 leaves it to them.
+    pub draft_min: usize,
     /// The running streams' time-per-output-token objective (`--tpot-slo-ms`): a step
     /// beside generating sequences prefills only as many prompt tokens as keep it within
     /// this, by the measured step costs (a chunked-prefill budget as in Sarathi-Serve).
@@ -50,6 +59,8 @@ pub enum Speculative {
     /// Prompt lookup: the tokens that followed the sequence's recent tokens earlier on.
     #[default]
     Ngram,
+    /// A draft model (`draft_model_path`) proposes them, greedily.
+    Draft,
 }
 
 impl EngineConfig {
@@ -67,6 +78,9 @@ impl EngineConfig {
             max_queue_ms: None,
             chat_template: None,
             speculative: Speculative::default(),
+            draft_model_path: None,
+            draft_max: 8,
+            draft_min: 0,
             tpot_slo_ms: None,
         }
     }
@@ -78,6 +92,7 @@ impl EngineConfig {
         self.ctx_per_sequence = self.ctx_per_sequence.max(16);
         // Every running sequence needs room for its decode token in each step.
         self.prefill_chunk = self.prefill_chunk.max(self.max_running).max(16);
+        self.draft_max = self.draft_max.clamp(1, rillm_backend::DRAFT_POSITIONS);
         self
     }
 }

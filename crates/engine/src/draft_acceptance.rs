@@ -10,11 +10,17 @@ pub(crate) enum DraftSource {
     /// Its last 16 tokens occurred before, in its own tokens or a pooled request's: it is
     /// copying.
     Copy,
+    /// A draft model's greedy continuation (`--speculative draft`).
+    Model,
 }
 
 /// Per-token acceptance assumed for copies before one was verified: high enough that a
 /// copy is tried at a moderate length, which its outcome then lengthens or ends.
 const PRIOR_COPY_ACCEPTANCE: f64 = 0.9;
+
+/// Per-token acceptance assumed for a draft model before one of its drafts was verified:
+/// a small model of the same family agrees with its target on most tokens of plain text.
+const PRIOR_MODEL_ACCEPTANCE: f64 = 0.7;
 
 /// Suffix-match acceptance assumed before anything was drafted or predicted: a few of a
 /// sequence's tokens checked against prompt lookup settle it either way.
@@ -29,12 +35,18 @@ const ACCEPTANCE_SMOOTHING: f64 = 0.3;
 pub(crate) struct Acceptance {
     suffix: f64,
     copy: f64,
+    model: f64,
     pub source: DraftSource,
 }
 
 impl Default for Acceptance {
     fn default() -> Self {
-        Self { suffix: PRIOR_ACCEPTANCE, copy: PRIOR_COPY_ACCEPTANCE, source: DraftSource::Suffix }
+        Self {
+            suffix: PRIOR_ACCEPTANCE,
+            copy: PRIOR_COPY_ACCEPTANCE,
+            model: PRIOR_MODEL_ACCEPTANCE,
+            source: DraftSource::Suffix,
+        }
     }
 }
 
@@ -44,22 +56,25 @@ impl Acceptance {
         match self.source {
             DraftSource::Suffix => self.suffix,
             DraftSource::Copy => self.copy,
+            DraftSource::Model => self.model,
         }
     }
 
     /// `accepted` of `drafted` tokens from the latest lookup were kept. Suffix drafts
     /// follow the share kept. A copy's draft is long and ends at its first miss, so its
     /// share kept would understate the per-token chance `draft_len` prices: a copy
-    /// follows kept ÷ (kept + misses) instead, the chance's maximum-likelihood estimate.
+    /// follows kept ÷ (kept + misses) instead, the chance's maximum-likelihood estimate; so
+    /// does a draft model's, which also ends at its first miss.
     pub fn observe(&mut self, drafted: usize, accepted: usize) {
         if drafted == 0 {
             return;
         }
         let (estimate, observed) = match self.source {
             DraftSource::Suffix => (&mut self.suffix, accepted as f64 / drafted as f64),
-            DraftSource::Copy => {
+            DraftSource::Copy | DraftSource::Model => {
                 let missed = usize::from(accepted < drafted);
-                (&mut self.copy, accepted as f64 / (accepted + missed) as f64)
+                let estimate = if self.source == DraftSource::Copy { &mut self.copy } else { &mut self.model };
+                (estimate, accepted as f64 / (accepted + missed) as f64)
             }
         };
         *estimate += ACCEPTANCE_SMOOTHING * (observed - *estimate);

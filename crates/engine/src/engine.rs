@@ -5,10 +5,11 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crate::config::EngineConfig;
+use crate::config::{EngineConfig, Speculative};
 use crate::constraint::{GrammarCompiler, SequenceConstraint};
 use crate::error::EngineError;
-use crate::llama::{grammar_tok_env, load_model, LlamaExecutor};
+use crate::llama::{grammar_tok_env, load_model, load_weights, LlamaExecutor};
+use crate::llama_draft::DraftContext;
 use crate::queue::{PushError, WaitQueue};
 use crate::runtime::Tokenizer;
 use crate::scheduler::{Scheduler, SchedulerConfig};
@@ -53,6 +54,13 @@ impl Engine {
     pub fn start(config: EngineConfig) -> Result<Self, EngineError> {
         let config = config.normalized();
         let model = load_model(&config)?;
+        let draft_model = match (config.speculative, &config.draft_model_path) {
+            (Speculative::Draft, Some(path)) => Some(load_weights(path, config.gpu_layers)?),
+            (Speculative::Draft, None) => {
+                return Err(EngineError::Config("speculative decoding with a draft model needs its path".into()))
+            }
+            _ => None,
+        };
         let grammars = GrammarCompiler::new(&grammar_tok_env(&model))
             .map_err(|e| EngineError::Backend(format!("building the grammar compiler: {e}")))?;
         let queue = Arc::new(
@@ -65,7 +73,11 @@ impl Engine {
             std::thread::Builder::new()
                 .name("rillm-engine".into())
                 .spawn(move || {
-                    let executor = match LlamaExecutor::new(&model, &config) {
+                    let executor = LlamaExecutor::new(&model, &config).and_then(|executor| match &draft_model {
+                        Some(draft) => Ok(executor.with_draft(DraftContext::new(draft, &model.model, &config)?)),
+                        None => Ok(executor),
+                    });
+                    let executor = match executor {
                         Ok(executor) => executor,
                         Err(e) => {
                             let _ = ready_tx.send(Err(e));
@@ -88,7 +100,9 @@ impl Engine {
                             host_cache_bytes: config.host_cache_bytes,
                             forecast_prefixes: config.max_queue_ms.is_some(),
                             max_queue_ms: config.max_queue_ms,
-                            speculative: config.speculative == crate::config::Speculative::Ngram,
+                            speculative: config.speculative != Speculative::Off,
+                            draft_tokens: (config.speculative == Speculative::Draft)
+                                .then_some((config.draft_min, config.draft_max)),
                             tpot_slo_ms: config.tpot_slo_ms,
                         },
                     );

@@ -9,6 +9,8 @@ pub enum EngineError {
     Backend(String),
     #[error("chat template: {0}")]
     Template(String),
+    #[error("configuration: {0}")]
+    Config(String),
     #[error("engine thread: {0}")]
     Thread(String),
 }

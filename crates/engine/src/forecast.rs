@@ -181,6 +181,11 @@ impl<'a> DraftPrices<'a> {
     pub fn step_ms(&self, rows: usize) -> f64 {
         self.rows.price(rows, self.one_row_ms)
     }
+
+    /// Whether a one-row step was measured: before, its price is a prior.
+    pub fn one_row_measured(&self) -> bool {
+        self.rows.ms[1].is_some()
+    }
 }
 
 impl Forecaster {

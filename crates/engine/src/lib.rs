@@ -18,6 +18,8 @@ mod error;
 mod forecast;
 mod host_cache;
 mod llama;
+mod llama_draft;
+mod model_drafts;
 mod ngram_pool;
 mod prefill_plan;
 mod prefix_cache;

@@ -22,12 +22,13 @@ use crate::attention_cost::{cpu_prefill_width, WIDE_PREFILL_ROWS};
 use crate::chat::ChatTemplate;
 use crate::config::EngineConfig;
 use crate::error::EngineError;
-use crate::runtime::{BatchToken, Executor, RuntimeError, TokenId, Tokenizer};
+use crate::llama_draft::DraftContext;
+use crate::runtime::{BatchToken, DraftWant, Executor, RuntimeError, TokenId, Tokenizer};
 use rillm_backend::SamplingParams;
 use toktrie::{SimpleVob, TokEnv, TokTrie, TokenizerEnv};
 
 /// llama.cpp's global state may be initialised once per process; every engine shares it.
-fn backend() -> Result<&'static LlamaBackend, EngineError> {
+pub(crate) fn backend() -> Result<&'static LlamaBackend, EngineError> {
     static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
     BACKEND
         .get_or_init(|| {
@@ -40,7 +41,7 @@ fn backend() -> Result<&'static LlamaBackend, EngineError> {
 
 /// The loaded weights and vocabulary; shared by callers (tokenizing) and the engine thread.
 pub(crate) struct LlamaModelHandle {
-    model: LlamaModel,
+    pub(crate) model: LlamaModel,
     template: Option<ChatTemplate>,
     pub(crate) tokenizer_info: rillm_backend::TokenizerInfo,
     eog_tokens: Vec<TokenId>,
@@ -50,15 +51,7 @@ pub(crate) struct LlamaModelHandle {
 
 pub(crate) fn load_model(config: &EngineConfig) -> Result<Arc<LlamaModelHandle>, EngineError> {
     let path = &config.model_path;
-    let model_err = |reason: String| EngineError::Model { path: path.clone(), reason };
-    check_gguf_magic(path).map_err(model_err)?;
-    let params = LlamaModelParams::default().with_n_gpu_layers(config.gpu_layers);
-    let model = LlamaModel::load_from_file(backend()?, path, &params).map_err(|e| {
-        model_err(format!(
-            "llama.cpp could not load it ({e}): the file is corrupt, truncated, or of an \
-             architecture this llama.cpp does not support"
-        ))
-    })?;
+    let model = load_weights(path, config.gpu_layers)?;
     let meta = |key: &str| model.meta_val_str(key).ok();
     let architecture = meta("general.architecture").unwrap_or_else(|| "unknown".into());
     let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
@@ -83,6 +76,19 @@ pub(crate) fn load_model(config: &EngineConfig) -> Result<Arc<LlamaModelHandle>,
     };
     let eog_tokens = vocab.tokens().filter(|&t| vocab.is_eog(t)).map(|t| t.0 as TokenId).collect();
     Ok(Arc::new(LlamaModelHandle { model, template, tokenizer_info, eog_tokens, name, architecture }))
+}
+
+/// A GGUF's weights and vocabulary, or an error naming the file and what is wrong with it.
+pub(crate) fn load_weights(path: &Path, gpu_layers: u32) -> Result<LlamaModel, EngineError> {
+    let model_err = |reason: String| EngineError::Model { path: path.to_path_buf(), reason };
+    check_gguf_magic(path).map_err(model_err)?;
+    let params = LlamaModelParams::default().with_n_gpu_layers(gpu_layers);
+    LlamaModel::load_from_file(backend()?, path, &params).map_err(|e| {
+        model_err(format!(
+            "llama.cpp could not load it ({e}): the file is corrupt, truncated, or of an \
+             architecture this llama.cpp does not support"
+        ))
+    })
 }
 
 /// llama.cpp reports a bad file only as a null pointer; checking the magic first turns the
@@ -222,6 +228,8 @@ pub(crate) struct LlamaExecutor<'m> {
     samplers: Vec<Option<SequenceSampler>>,
     /// Attention runs on the CPU (no layers offloaded), with its kernel thresholds.
     cpu_attention: bool,
+    /// The draft model's context, with `--speculative draft`.
+    draft: Option<DraftContext<'m>>,
 }
 
 impl<'m> LlamaExecutor<'m> {
@@ -263,7 +271,14 @@ impl<'m> LlamaExecutor<'m> {
             ctx_per_sequence,
             samplers: (0..n_seq).map(|_| None).collect(),
             cpu_attention,
+            draft: None,
         })
+    }
+
+    /// Drafts with `draft` from now on (`Executor::draft`).
+    pub(crate) fn with_draft(mut self, draft: DraftContext<'m>) -> Self {
+        self.draft = Some(draft);
+        self
     }
 
     fn argmax(&self, batch_index: usize, ban_eog: bool) -> TokenId {
@@ -430,6 +445,17 @@ impl Executor for LlamaExecutor<'_> {
             self.truncate_sequence(seq, 0);
         }
         restored
+    }
+
+    fn draft(&mut self, wants: &[DraftWant<'_>]) -> Result<Vec<Vec<TokenId>>, RuntimeError> {
+        match self.draft.as_mut() {
+            Some(draft) => draft.draft(wants),
+            None => Ok(vec![Vec::new(); wants.len()]),
+        }
+    }
+
+    fn draft_pass_ms(&self) -> Option<f64> {
+        self.draft.as_ref().map(DraftContext::pass_ms)
     }
 }
 

@@ -45,6 +45,15 @@ pub struct BatchToken {
     pub logits: bool,
 }
 
+/// One sequence's call on a draft model: up to `count` tokens to follow `history` (its
+/// prompt and output so far), for the slot `seq`.
+#[derive(Debug, Clone, Copy)]
+pub struct DraftWant<'a> {
+    pub seq: usize,
+    pub history: &'a [TokenId],
+    pub count: usize,
+}
+
 pub trait Executor {
     /// A saved copy of one sequence's KV state, kept in host memory.
     type Snapshot;
@@ -87,4 +96,16 @@ pub trait Executor {
     fn save_sequence(&mut self, seq: usize) -> Result<(Self::Snapshot, usize), RuntimeError>;
     /// Replaces `seq`'s KV cells with a saved state. On error the slot holds nothing.
     fn restore_sequence(&mut self, seq: usize, snapshot: &Self::Snapshot) -> Result<(), RuntimeError>;
+    /// Each want's next tokens as the draft model would generate them greedily, at most
+    /// `count`, ending early at an end of generation or before a token the draft model is
+    /// unsure of; empty where there is no draft model, or while the draft model is still
+    /// taking in a long history (it does so in steps).
+    fn draft(&mut self, wants: &[DraftWant<'_>]) -> Result<Vec<Vec<TokenId>>, RuntimeError> {
+        Ok(vec![Vec::new(); wants.len()])
+    }
+    /// What one pass of the draft model takes, feeding a row per drafting sequence
+    /// (measured at start and as it drafts); `None` without a draft model.
+    fn draft_pass_ms(&self) -> Option<f64> {
+        None
+    }
 }

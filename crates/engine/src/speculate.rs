@@ -1,4 +1,4 @@
-//! Speculative decoding without a draft model: drafts come from the sequence's own tokens
+//! Speculative decoding without a draft model (with one: `model_drafts`): drafts come from the sequence's own tokens
 //! (prompt lookup, vLLM's `ngram` method: the last few tokens are looked up earlier in the
 //! prompt and output, and what followed them there is proposed next). A sequence with a
 //! draft feeds it after its last token, the step computes logits at every row, and
@@ -121,6 +121,18 @@ fn latest_earlier(history: &[TokenId], n: usize) -> Option<usize> {
 /// drafts add `a + a^2 + ... + a^k` tokens to the step's output. Zero where no draft pays
 /// (by at least `MIN_GAIN`), so text that does not repeat itself costs nothing.
 pub(crate) fn draft_len(available: usize, acceptance: f64, rows: usize, prices: DraftPrices) -> usize {
+    priced_draft_len(available, acceptance, rows, prices, 0.0)
+}
+
+/// `draft_len` for drafts that cost `ms_per_token` each to make before the step (a draft
+/// model's passes), on top of their rows in it.
+pub(crate) fn priced_draft_len(
+    available: usize,
+    acceptance: f64,
+    rows: usize,
+    prices: DraftPrices,
+    ms_per_token: f64,
+) -> usize {
     let rows = rows.max(1);
     let base = rows as f64 / prices.step_ms(rows).max(1e-3);
     let mut best = (0, base * MIN_GAIN);
@@ -129,7 +141,7 @@ pub(crate) fn draft_len(available: usize, acceptance: f64, rows: usize, prices: 
     for k in 1..=available {
         reach *= acceptance;
         expected += reach;
-        let rate = (rows as f64 + expected) / prices.step_ms(rows + k).max(1e-3);
+        let rate = (rows as f64 + expected) / (prices.step_ms(rows + k) + k as f64 * ms_per_token).max(1e-3);
         if rate > best.1 {
             best = (k, rate);
         }
@@ -209,6 +221,10 @@ mod tests {
         assert_eq!(draft_len(2, 0.95, 1, cpu), 0);
         assert_eq!(draft_len(8, 0.7, 1, cpu), 0);
         assert!(draft_len(8, 0.97, 1, cpu) >= 6);
+        // Drafts that cost time to make (a draft model's passes) pay less, and not at all
+        // when a pass costs what a one-row step does.
+        assert!(priced_draft_len(8, 0.97, 1, cpu, 3.0) < draft_len(8, 0.97, 1, cpu));
+        assert_eq!(priced_draft_len(8, 1.0, 1, cpu, 9.0), 0);
         // Never more than is available.
         assert_eq!(draft_len(2, 0.99, 1, prices), 2);
         assert_eq!(draft_len(0, 0.99, 1, prices), 0);

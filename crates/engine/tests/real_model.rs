@@ -439,6 +439,38 @@ fn speculative_decoding_under_a_json_schema_keeps_the_greedy_output() {
     assert_parts_only_at_a_tie(&plain, &fast);
 }
 
+#[test]
+fn a_draft_model_s_tokens_are_verified_and_the_greedy_output_is_the_targets() {
+    // The target drafting for itself: as costly as it, so it drafts only where told to (up
+    // to four tokens a step, fewer where it is unsure), and its drafts should be kept.
+    let _g = serial();
+    let story = || {
+        GenerateRequest::chat(vec![ChatMessage::new("user", "Write a short story about a lighthouse keeper.")])
+            .with_max_tokens(80)
+            .with_sampling(SamplingParams::greedy())
+    };
+    let (plain, _) = run_with_logprobs(rillm_engine::Speculative::Off, story);
+    let (drafted, stats) = run_configured(
+        |config| {
+            config.speculative = rillm_engine::Speculative::Draft;
+            config.draft_model_path = Some(model_path());
+            (config.draft_min, config.draft_max) = (4, 4);
+        },
+        story,
+    );
+    let spec = stats.speculation;
+    eprintln!("draft model: {spec:?}; same output: {}", plain.0 == drafted.0);
+    assert_eq!(drafted.2.usage.completion_tokens, 80, "{:?}", drafted.0);
+    assert!(spec.drafts > 5 && spec.draft_tokens <= 4 * spec.drafts, "{spec:?}");
+    assert!(spec.accepted_tokens * 10 >= spec.draft_tokens * 9, "a model agrees with itself: {spec:?}");
+    assert_parts_only_at_a_tie(&plain, &drafted);
+    // Without its path the engine does not start, and says why.
+    let mut config = EngineConfig::new(model_path());
+    config.speculative = rillm_engine::Speculative::Draft;
+    let error = Engine::start(config).err().expect("refused").to_string();
+    assert!(error.contains("draft model") && error.contains("path"), "{error}");
+}
+
 /// One request on a fresh engine with `speculative`, asking two log-probabilities a token
 /// (they show where two tokens were all but tied; under a constraint they also turn
 /// jump-forward off, so every token is sampled and may be drafted).
@@ -446,8 +478,16 @@ fn run_with_logprobs(
     speculative: rillm_engine::Speculative,
     request: impl FnOnce() -> GenerateRequest,
 ) -> ((String, TokensWithTops, Completion), rillm_engine::StatsSnapshot) {
+    run_configured(|config| config.speculative = speculative, request)
+}
+
+/// `run_with_logprobs` on an engine set up as `adjust` says.
+fn run_configured(
+    adjust: impl FnOnce(&mut EngineConfig),
+    request: impl FnOnce() -> GenerateRequest,
+) -> ((String, TokensWithTops, Completion), rillm_engine::StatsSnapshot) {
     let mut config = EngineConfig::new(model_path());
-    config.speculative = speculative;
+    adjust(&mut config);
     let engine = Engine::start(config).expect("engine starts");
     let mut request = request();
     request.logprobs = Some(2);

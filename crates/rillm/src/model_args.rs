@@ -37,9 +37,23 @@ pub struct ModelArgs {
     pub chat_template_file: Option<PathBuf>,
     /// Speculative decoding: `ngram` drafts tokens from each sequence's own prompt and
     /// output (prompt lookup) and verifies them in the batch, only where the measured
-    /// acceptance and step costs say it pays; `off` decodes one token per step.
-    #[arg(long, value_enum, default_value_t = SpeculativeArg::Ngram)]
-    pub speculative: SpeculativeArg,
+    /// acceptance and step costs say it pays; `draft` drafts with --draft-model; `off`
+    /// decodes one token per step. Default: `draft` with --draft-model, else `ngram`.
+    #[arg(long, value_enum)]
+    pub speculative: Option<SpeculativeArg>,
+    /// A smaller GGUF with the model's vocabulary that drafts tokens for it
+    /// (`--speculative draft`): worth it where it runs several times faster than the model.
+    #[arg(long, value_name = "FILE")]
+    pub draft_model: Option<PathBuf>,
+    /// Most tokens the draft model proposes for a sequence in one step; fewer are fed where
+    /// the measured acceptance and costs say so.
+    #[arg(long, value_name = "N", default_value_t = engine_defaults().draft_max as u32,
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub draft_max: u32,
+    /// Tokens the draft model proposes for a sequence in every step at least, whatever the
+    /// measured costs say (0: as they say).
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
+    pub draft_min: u32,
     /// Time-per-output-token objective of running streams, in ms: a step beside them
     /// prefills only as many prompt tokens as keep it within this, by the measured step
     /// costs (at least 64). Off by default: each step takes up to --prefill-chunk tokens.
@@ -51,6 +65,7 @@ pub struct ModelArgs {
 pub enum SpeculativeArg {
     Off,
     Ngram,
+    Draft,
 }
 
 /// The engine's own defaults: the CLI shows and uses these, so they live in one place.
@@ -76,10 +91,18 @@ impl ModelArgs {
         config.gpu_layers = self.gpu_layers;
         config.prefix_caching = !self.no_prefix_cache;
         config.host_cache_bytes = self.prefix_cache_mib.saturating_mul(1 << 20);
-        config.speculative = match self.speculative {
-            SpeculativeArg::Off => rillm_engine::Speculative::Off,
-            SpeculativeArg::Ngram => rillm_engine::Speculative::Ngram,
+        config.speculative = match (self.speculative, &self.draft_model) {
+            (Some(SpeculativeArg::Draft), None) => anyhow::bail!("--speculative draft needs --draft-model FILE"),
+            (Some(SpeculativeArg::Off | SpeculativeArg::Ngram), Some(_)) => {
+                anyhow::bail!("--draft-model is used only with --speculative draft")
+            }
+            (Some(SpeculativeArg::Draft), Some(_)) | (None, Some(_)) => rillm_engine::Speculative::Draft,
+            (Some(SpeculativeArg::Off), None) => rillm_engine::Speculative::Off,
+            (Some(SpeculativeArg::Ngram) | None, None) => rillm_engine::Speculative::Ngram,
         };
+        config.draft_model_path = self.draft_model.clone();
+        config.draft_max = self.draft_max as usize;
+        config.draft_min = self.draft_min as usize;
         config.tpot_slo_ms = self.tpot_slo_ms;
         if let Some(path) = &self.chat_template_file {
             let source = std::fs::read_to_string(path)

@@ -127,3 +127,28 @@ fn a_missing_or_bad_model_fails_with_a_message_naming_the_file() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("/nonexistent/model.gguf"), "{stderr}");
 }
+
+#[test]
+fn draft_model_flags_that_contradict_each_other_are_refused_before_loading() {
+    let refused = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .args(["generate", "--prompt", "x", "--model", "/nonexistent/model.gguf"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let stderr = refused(&["--speculative", "draft"]);
+    assert!(stderr.contains("--speculative draft needs --draft-model"), "{stderr}");
+    let stderr = refused(&["--speculative", "off", "--draft-model", "/nonexistent/draft.gguf"]);
+    assert!(stderr.contains("--draft-model is used only with --speculative draft"), "{stderr}");
+    // A draft model that is not there is named, as the model would be.
+    let out = Command::new(BIN)
+        .args(["generate", "--prompt", "x", "--draft-model", "/nonexistent/draft.gguf", "--model"])
+        .arg(model())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("/nonexistent/draft.gguf"), "{stderr}");
+}

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::forecast::{Forecaster, SlotLoad};
+use crate::model_drafts::ModelDrafts;
 use crate::ngram_pool::NgramPool;
 use crate::queue::WaitQueue;
 use crate::runtime::{BatchToken, Executor, Tokenizer};
@@ -55,8 +56,11 @@ pub(crate) struct SchedulerConfig {
     /// `--max-queue-ms`: a request that reaches the head of the queue after waiting so long
     /// that its first token would come later than this is refused there (`refused_at_head`).
     pub max_queue_ms: Option<u64>,
-    /// Draft tokens by prompt lookup and verify them in the batch (`speculate`).
+    /// Draft tokens and verify them in the batch: by prompt lookup (`speculate`), or...
     pub speculative: bool,
+    /// ...by the executor's draft model, (at least, at most) so many tokens a sequence and
+    /// step (`model_drafts`).
+    pub draft_tokens: Option<(usize, usize)>,
     /// Keep steps beside generating sequences within this many milliseconds by their
     /// prefill (`EngineConfig::tpot_slo_ms`).
     pub tpot_slo_ms: Option<u32>,
@@ -87,6 +91,8 @@ pub(crate) struct Scheduler<E: Executor> {
     history: Vec<rillm_backend::TokenId>,
     /// Finished sequences' tokens, to draft from where a sequence goes on like one of them.
     ngram_pool: NgramPool,
+    /// With a draft model: drafts come from it instead of lookups.
+    model_drafts: Option<ModelDrafts>,
 }
 
 impl<E: Executor> Scheduler<E> {
@@ -105,6 +111,7 @@ impl<E: Executor> Scheduler<E> {
             forecast_prefixes,
             max_queue_ms,
             speculative,
+            draft_tokens,
             tpot_slo_ms,
         } = config;
         let batch = StepBatch::new(max_running, executor.max_batch_tokens(), step_budget);
@@ -126,6 +133,7 @@ impl<E: Executor> Scheduler<E> {
             tpot_slo_ms,
             history: Vec::new(),
             ngram_pool: NgramPool::default(),
+            model_drafts: draft_tokens.map(|(min, max)| ModelDrafts::new(min, max)),
         }
     }
 
@@ -270,7 +278,17 @@ impl<E: Executor> Scheduler<E> {
             let budget = self.batch.draft_budget(&self.slots);
             let ctx_limit = self.executor.ctx_per_sequence();
             let prices = self.forecaster.row_costs();
-            speculate::propose_drafts(&mut self.slots, &self.ngram_pool, prices, ctx_limit, budget, &mut self.history);
+            match self.model_drafts.as_mut() {
+                Some(drafts) => drafts.propose(&mut self.slots, &mut self.executor, prices, ctx_limit, budget),
+                None => speculate::propose_drafts(
+                    &mut self.slots,
+                    &self.ngram_pool,
+                    prices,
+                    ctx_limit,
+                    budget,
+                    &mut self.history,
+                ),
+            }
         }
         let prefill_cap = self.prefill_cap();
         self.batch.plan(&mut self.slots, &self.admission_order, &mut self.executor, &self.stats, prefill_cap);
@@ -407,7 +425,7 @@ impl<E: Executor> Scheduler<E> {
         // Choices still waiting for this one's prompt end with it.
         let forks = seq.forks.clone();
         let ended_on_its_own = matches!(reason, FinishReason::Eos | FinishReason::Stop | FinishReason::Length);
-        if ended_on_its_own && self.speculative {
+        if ended_on_its_own && self.speculative && self.model_drafts.is_none() {
             seq.history_into(&mut self.history);
             self.ngram_pool.insert(&self.history);
         }

@@ -6,6 +6,7 @@ mod admission;
 mod batching;
 mod choices;
 mod constraints;
+mod draft_model;
 mod kv;
 mod reuse;
 mod speculation;
@@ -69,6 +70,16 @@ struct RecordingExecutor {
     /// A "model" that samples bytes from fixed weights, whatever came before, with a seeded
     /// generator: one draw per sample, as a real sampler.
     random: Option<(rand::rngs::StdRng, Vec<(u8, f64)>)>,
+    /// A draft model, if the test gives one.
+    draft_model: Option<ScriptedDraftModel>,
+}
+
+/// A "draft model" that continues its own script: after a history of n tokens it proposes
+/// `script[n..]`. Keeps every call's wants as (slot, history length, count).
+struct ScriptedDraftModel {
+    script: Vec<u8>,
+    pass_ms: f64,
+    calls: Vec<Vec<(usize, usize, usize)>>,
 }
 
 impl Executor for RecordingExecutor {
@@ -140,6 +151,18 @@ impl Executor for RecordingExecutor {
             Ok(())
         }
     }
+    fn draft(&mut self, wants: &[crate::runtime::DraftWant<'_>]) -> Result<Vec<Vec<TokenId>>, RuntimeError> {
+        let model = self.draft_model.as_mut().expect("drafting asks only a draft model");
+        model.calls.push(wants.iter().map(|w| (w.seq, w.history.len(), w.count)).collect());
+        let script = &model.script;
+        Ok(wants
+            .iter()
+            .map(|w| script.iter().skip(w.history.len()).take(w.count).map(|&b| TokenId::from(b)).collect())
+            .collect())
+    }
+    fn draft_pass_ms(&self) -> Option<f64> {
+        self.draft_model.as_ref().map(|m| m.pass_ms)
+    }
 }
 
 fn recording_executor(max_batch_tokens: usize) -> RecordingExecutor {
@@ -156,6 +179,7 @@ fn recording_executor(max_batch_tokens: usize) -> RecordingExecutor {
         script: None,
         truncations: Vec::new(),
         random: None,
+        draft_model: None,
     }
 }
 
@@ -193,6 +217,7 @@ impl Harness {
             forecast_prefixes: false,
             max_queue_ms: None,
             speculative: false,
+            draft_tokens: None,
             tpot_slo_ms: None,
         };
         adjust(&mut config);
