@@ -18,6 +18,7 @@ mod error;
 mod forecast;
 mod host_cache;
 mod llama;
+mod llama_context;
 mod llama_draft;
 mod model_drafts;
 mod ngram_pool;

@@ -1,13 +1,10 @@
 //! The llama.cpp backend, through the `llama-cpp-2` crate.
 
 use std::io::Read;
-use std::num::NonZeroU32;
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::context::LlamaContext;
-use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
@@ -22,22 +19,11 @@ use crate::attention_cost::{cpu_prefill_width, WIDE_PREFILL_ROWS};
 use crate::chat::ChatTemplate;
 use crate::config::EngineConfig;
 use crate::error::EngineError;
+use crate::llama_context::{backend, slot_context_params};
 use crate::llama_draft::DraftContext;
 use crate::runtime::{BatchToken, DraftWant, Executor, RuntimeError, TokenId, Tokenizer};
 use rillm_backend::SamplingParams;
 use toktrie::{SimpleVob, TokEnv, TokTrie, TokenizerEnv};
-
-/// llama.cpp's global state may be initialised once per process; every engine shares it.
-pub(crate) fn backend() -> Result<&'static LlamaBackend, EngineError> {
-    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
-    BACKEND
-        .get_or_init(|| {
-            llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
-            LlamaBackend::init().map_err(|e| e.to_string())
-        })
-        .as_ref()
-        .map_err(|e| EngineError::Backend(e.clone()))
-}
 
 /// The loaded weights and vocabulary; shared by callers (tokenizing) and the engine thread.
 pub(crate) struct LlamaModelHandle {
@@ -236,27 +222,13 @@ impl<'m> LlamaExecutor<'m> {
     pub(crate) fn new(model: &'m LlamaModelHandle, config: &EngineConfig) -> Result<Self, EngineError> {
         let n_seq = config.max_running as u32;
         let ctx_per_sequence = config.ctx_per_sequence.min(model.model.n_ctx_train().max(16));
-        let n_ctx = ctx_per_sequence
-            .checked_mul(n_seq)
-            .and_then(NonZeroU32::new)
-            .ok_or_else(|| EngineError::Backend("context size overflows".into()))?;
         let cpu_attention = config.gpu_layers == 0;
         // A step computes up to `prefill_chunk` tokens, and on CPU attention may widen each
         // sequence's short prefill to `WIDE_PREFILL_ROWS` beyond that (see `attention_cost`);
         // ubatches of 512 (llama.cpp's default) hold eight such prefills side by side.
         let widening = if cpu_attention { config.max_running * WIDE_PREFILL_ROWS } else { 0 };
         let n_batch = u32::try_from(config.prefill_chunk + widening).unwrap_or(u32::MAX);
-        let threads = i32::try_from(config.threads).unwrap_or(i32::MAX);
-        // One KV stream per sequence (not unified): each token attends only over its own
-        // sequence's cells, which keeps batched decode cheap as sequences grow.
-        let params = LlamaContextParams::default()
-            .with_n_ctx(Some(n_ctx))
-            .with_n_seq_max(n_seq)
-            .with_kv_unified(false)
-            .with_n_batch(n_batch)
-            .with_n_ubatch(n_batch.min(512))
-            .with_n_threads(threads)
-            .with_n_threads_batch(threads);
+        let params = slot_context_params(config, ctx_per_sequence, n_batch, n_batch.min(512))?;
         let ctx = model
             .model
             .new_context(backend()?, params)

@@ -12,10 +12,8 @@
 //! measured when the context is made, and again on every pass that feeds one row per
 //! drafting sequence.
 
-use std::num::NonZeroU32;
 use std::time::Instant;
 
-use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
@@ -23,7 +21,7 @@ use llama_cpp_2::token::LlamaToken;
 
 use crate::config::EngineConfig;
 use crate::error::EngineError;
-use crate::llama::backend;
+use crate::llama_context::{backend, slot_context_params};
 use crate::runtime::{DraftWant, RuntimeError, TokenId};
 
 /// History tokens the draft model takes in per call, over all sequences: a step waits on
@@ -60,22 +58,8 @@ impl<'m> DraftContext<'m> {
             path: config.draft_model_path.clone().unwrap_or_default(),
             reason: format!("cannot draft for the target model: {reason}"),
         })?;
-        let n_seq = config.max_running as u32;
-        let n_ctx = config
-            .ctx_per_sequence
-            .checked_mul(n_seq)
-            .and_then(NonZeroU32::new)
-            .ok_or_else(|| EngineError::Backend("draft context size overflows".into()))?;
         let n_batch = CATCH_UP_PER_CALL.max(config.max_running) as u32;
-        let threads = i32::try_from(config.threads).unwrap_or(i32::MAX);
-        let params = LlamaContextParams::default()
-            .with_n_ctx(Some(n_ctx))
-            .with_n_seq_max(n_seq)
-            .with_kv_unified(false)
-            .with_n_batch(n_batch)
-            .with_n_ubatch(n_batch)
-            .with_n_threads(threads)
-            .with_n_threads_batch(threads);
+        let params = slot_context_params(config, config.ctx_per_sequence, n_batch, n_batch)?;
         let ctx = draft
             .new_context(backend()?, params)
             .map_err(|e| EngineError::Backend(format!("creating the draft model's context: {e}")))?;
@@ -83,7 +67,7 @@ impl<'m> DraftContext<'m> {
             model: draft,
             ctx,
             batch: LlamaBatch::new(n_batch as usize, 1),
-            fed: (0..n_seq).map(|_| Vec::new()).collect(),
+            fed: (0..config.max_running).map(|_| Vec::new()).collect(),
             pass_ms: 0.0,
         };
         context.pass_ms = context.time_one_row().map_err(|e| EngineError::Backend(e.to_string()))?;

@@ -2,6 +2,7 @@
 //! verified as lookups' are, so the output is the target's whatever it proposes; how many
 //! it is asked for follows what its passes cost against the target's rows.
 
+use super::speculation::patternless;
 use super::*;
 
 /// A target that continues `script`, with a draft model that continues `draft` in passes
@@ -25,17 +26,6 @@ fn generate(h: &mut Harness, script: &str, prompt: usize, max_tokens: u32) -> (S
     let mut events = h.submit_n(&script[..prompt], max_tokens);
     h.run_to_idle();
     (drain(&mut events).0, h.scheduler.executor.batches.len())
-}
-
-/// Text where prompt lookup finds nothing to draft from.
-fn patternless(len: usize) -> String {
-    let mut state: u32 = 777;
-    (0..len)
-        .map(|_| {
-            state = state.wrapping_mul(1_103_515_245).wrapping_add(12_345);
-            char::from(b'a' + ((state >> 16) % 26) as u8)
-        })
-        .collect()
 }
 
 #[test]

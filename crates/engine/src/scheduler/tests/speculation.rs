@@ -74,7 +74,7 @@ fn drafts_stop_at_max_tokens_and_off_means_one_token_a_step() {
 }
 
 /// `len` letters with no pattern to them (a fixed generator), standing for a source file.
-fn patternless(len: usize) -> String {
+pub(super) fn patternless(len: usize) -> String {
     let mut state: u32 = 12345;
     (0..len)
         .map(|_| {
