@@ -23,6 +23,8 @@
 # SLO_SCALE=S judges every workload by calibrated objectives (TTFT and TPOT, `--slo-scale`):
 # calibrated on the first server in SERVERS, workload by workload, and passed to the others
 # with `--slos-from`, so the sustainable rates and goodput compare against one yardstick.
+# SLOS_FROM=DIR/NAME takes every server's objectives from DIR/NAME-WORKLOAD.json instead (an
+# earlier run's, e.g. to add a server with other flags: SERVERS=rillm RILLM_ARGS=...).
 # Prompts have exact token lengths on both servers: the bench counts them with each
 # server's own /tokenize.
 set -euo pipefail
@@ -45,7 +47,9 @@ run_workloads() { # name
   local first=${SERVERS%% *}
   for w in $WORKLOADS; do
     local slos=()
-    if [ -n "${SLO_SCALE:-}" ]; then
+    if [ -n "${SLOS_FROM:-}" ]; then
+      slos=(--slos-from "$SLOS_FROM-$w.json")
+    elif [ -n "${SLO_SCALE:-}" ]; then
       if [ "$1" = "$first" ]; then slos=(--slo-scale "$SLO_SCALE"); else slos=(--slos-from "$OUT/$first-$w.json"); fi
     fi
     case $w in

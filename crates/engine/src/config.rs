@@ -45,8 +45,9 @@ pub struct EngineConfig {
     /// measured costs say (llama-server's `--draft-min`); 0 leaves it to them.
     pub draft_min: usize,
     /// The running streams' time-per-output-token objective (`--tpot-slo-ms`): a step
-    /// beside generating sequences prefills only as many prompt tokens as keep it within
-    /// this, by the measured step costs (a chunked-prefill budget as in Sarathi-Serve).
+    /// beside generating sequences prefills only as many prompt tokens as keep each one's
+    /// mean time per token within this, by the measured step costs (a prefill budget from
+    /// the streams' slack; Sarathi-Serve sizes it per step).
     /// `None`: the whole `prefill_chunk`.
     pub tpot_slo_ms: Option<u32>,
 }

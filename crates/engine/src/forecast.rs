@@ -204,8 +204,22 @@ impl Forecaster {
     /// `target_ms`: what the decode part leaves of the target, at the measured cost per
     /// prompt token.
     pub fn prefill_within(&self, target_ms: f64, decode_rows: usize) -> usize {
-        let decode_ms = self.rows.price(decode_rows, self.costs.decode_step_ms);
-        ((target_ms - decode_ms) / self.costs.prefill_token_ms.max(1e-3)).max(0.0) as usize
+        ((target_ms - self.decode_ms(decode_rows)) / self.costs.prefill_token_ms.max(1e-3)).max(0.0) as usize
+    }
+
+    /// What the decode part of a step of `decode_rows` generating rows costs.
+    pub fn decode_ms(&self, decode_rows: usize) -> f64 {
+        self.rows.price(decode_rows, self.costs.decode_step_ms)
+    }
+
+    /// What a step of `decode_rows` generating rows and `prefill_tokens` prompt tokens took:
+    /// `took_ms` as measured, or its price where costs are frozen (tests' steps take no time).
+    pub fn step_took_ms(&self, took_ms: f64, decode_rows: usize, prefill_tokens: usize) -> f64 {
+        if !self.frozen {
+            return took_ms;
+        }
+        let decode_ms = if decode_rows > 0 { self.decode_ms(decode_rows) } else { 0.0 };
+        decode_ms + prefill_tokens as f64 * self.costs.prefill_token_ms
     }
 
     /// The TPOT objective's cap on this step's prefill, if one applies.

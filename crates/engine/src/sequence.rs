@@ -118,6 +118,9 @@ pub(crate) struct Sequence {
     /// The token prompt lookup expected next when no draft was fed: checked against the
     /// sampled one, so the acceptance estimate keeps learning while nothing is drafted.
     pub predicted: Option<TokenId>,
+    /// What the steps since its first token took (`Scheduler::prefill_cap` keeps its mean
+    /// time per output token within `--tpot-slo-ms` by this).
+    pub decode_elapsed_ms: f64,
     token_bytes: Vec<u8>,
     admitted: Instant,
     first_token_at: Option<Instant>,
@@ -143,6 +146,7 @@ impl Sequence {
             drafts: Vec::new(),
             acceptance: Default::default(),
             predicted: None,
+            decode_elapsed_ms: 0.0,
             token_bytes: Vec::with_capacity(32),
             admitted: Instant::now(),
             first_token_at: None,
@@ -203,6 +207,13 @@ impl Sequence {
             top: l.top,
         }));
         let _ = self.request.events.send(StreamEvent::Prompt(tokens));
+    }
+
+    /// How long the next step may take with its mean time per output token after the first
+    /// (what clients measure as TPOT) still within `target_ms` once the step's token comes:
+    /// negative where it cannot. `None` before its first token.
+    pub fn tpot_slack_ms(&self, target_ms: f64) -> Option<f64> {
+        (self.generated > 0).then(|| target_ms * f64::from(self.generated) - self.decode_elapsed_ms)
     }
 
     pub fn is_prefilling(&self) -> bool {

@@ -55,8 +55,9 @@ pub struct ModelArgs {
     #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
     pub draft_min: u32,
     /// Time-per-output-token objective of running streams, in ms: a step beside them
-    /// prefills only as many prompt tokens as keep it within this, by the measured step
-    /// costs (at least 64). Off by default: each step takes up to --prefill-chunk tokens.
+    /// prefills only as many prompt tokens as keep each stream's mean time per token within
+    /// this, by the measured step costs (64 at least, else none until they have the slack).
+    /// Off by default: each step takes up to --prefill-chunk tokens.
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u32).range(1..))]
     pub tpot_slo_ms: Option<u32>,
 }

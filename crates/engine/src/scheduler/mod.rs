@@ -61,16 +61,20 @@ pub(crate) struct SchedulerConfig {
     /// ...by the executor's draft model, (at least, at most) so many tokens a sequence and
     /// step (`model_drafts`).
     pub draft_tokens: Option<(usize, usize)>,
-    /// Keep steps beside generating sequences within this many milliseconds by their
-    /// prefill (`EngineConfig::tpot_slo_ms`).
+    /// Keep generating sequences' mean time per token within this many milliseconds by
+    /// when prompts are prefilled beside them (`EngineConfig::tpot_slo_ms`).
     pub tpot_slo_ms: Option<u32>,
 }
 
-/// Prompt tokens a step prefills at least, whatever the TPOT objective: prompts must
-/// progress, or a full server would never start a waiting request; and llama.cpp's CPU
-/// attention runs fewer than 64 query rows of a sequence one by one over its whole KV
-/// (see `attention_cost`), so smaller chunks cost more per token than they spare.
+/// The smallest prompt chunk a step beside generating sequences prefills under the TPOT
+/// objective (fewer wait for more slack): llama.cpp's CPU attention runs fewer than 64
+/// query rows of a sequence one by one over its whole KV (see `attention_cost`), so
+/// smaller chunks cost more per token than they spare.
 const MIN_PREFILL_PER_STEP: usize = 64;
+
+/// How many of its next tokens a sequence behind its TPOT objective may take to catch up
+/// before prompts stop waiting for it (a stream that long behind is lost anyway).
+const RECOVERY_TOKENS: u32 = 32;
 
 pub(crate) struct Scheduler<E: Executor> {
     executor: E,
@@ -311,6 +315,11 @@ impl<E: Executor> Scheduler<E> {
         }
         // Pending KV copies were carried out at the start of this decode.
         self.kv.copies_done();
+        // The step counts against the time per output token of every sequence past its first.
+        let step_ms = self.forecaster.step_took_ms(took_ms, tokens.len() - prefilled, prefilled);
+        for seq in self.slots.iter_mut().flatten().filter(|s| s.generated > 0) {
+            seq.decode_elapsed_ms += step_ms;
+        }
         tracing::trace!(
             tokens = tokens.len(),
             sequences = self.batch.outputs.len(),
@@ -396,21 +405,51 @@ impl<E: Executor> Scheduler<E> {
         }
     }
 
-    /// Prompt tokens this step may prefill beside the generating sequences: what keeps the
-    /// step within the TPOT objective at the measured costs (at least
-    /// `MIN_PREFILL_PER_STEP`), or no limit without an objective or anything generating.
-    /// The forecast learns it too: under the cap, prompts fill more slowly.
+    /// Prompt tokens this step may prefill beside the generating sequences under the TPOT
+    /// objective: what the tightest of them can spend on this step and keep its mean time
+    /// per output token within the objective (the slack its earlier, faster steps left),
+    /// less the step's decode part, at the measured costs. A chunk smaller than
+    /// `MIN_PREFILL_PER_STEP` waits for more slack instead (small chunks cost more per
+    /// token). A sequence behind its objective holds prompts back until decode-only steps
+    /// have won the time back, unless even `RECOVERY_TOKENS` of them (or its tokens left)
+    /// could not: then it holds nothing back, nor does anything without an objective or
+    /// with nothing generating.
+    ///
+    /// A cap per step would not do: on a CPU a prompt token costs the same in whichever step
+    /// it is computed, so chunking a prefill spreads a stream's stalls but leaves its mean
+    /// time per token as it was; only prefilling while streams have slack to spare keeps it.
+    /// The forecast learns the rate prompts fill at in the long run: the objective less
+    /// the decode part, every step.
     fn prefill_cap(&mut self) -> usize {
         let rows = StepBatch::generating_rows(&self.slots);
-        let cap = match self.tpot_slo_ms {
-            Some(target) if rows > 0 => {
-                let target = f64::from(target);
-                Some((target, self.forecaster.prefill_within(target, rows).max(MIN_PREFILL_PER_STEP)))
-            }
-            _ => None,
+        let Some(target) = self.tpot_slo_ms.filter(|_| rows > 0).map(f64::from) else {
+            self.forecaster.set_prefill_cap(None);
+            return usize::MAX;
         };
-        self.forecaster.set_prefill_cap(cap);
-        cap.map_or(usize::MAX, |(_, tokens)| tokens)
+        let steady = self.forecaster.prefill_within(target, rows);
+        // Where decode steps alone overrun the objective, nothing holds prompts back.
+        self.forecaster.set_prefill_cap((steady > 0).then_some((target, steady)));
+        let decode_ms = self.forecaster.decode_ms(rows);
+        // A sequence behind its objective wins back what each decode-only step leaves of it.
+        let recoverable = |seq: &Sequence, slack: f64| {
+            let left = seq.request.max_tokens.saturating_sub(seq.generated).min(RECOVERY_TOKENS);
+            slack + f64::from(left) * (target - decode_ms) >= decode_ms
+        };
+        let tightest = self
+            .slots
+            .iter()
+            .flatten()
+            .filter_map(|seq| seq.tpot_slack_ms(target).filter(|&slack| recoverable(seq, slack)))
+            .fold(f64::INFINITY, f64::min);
+        if tightest.is_infinite() {
+            return usize::MAX;
+        }
+        let tokens = self.forecaster.prefill_within(tightest.max(0.0), rows);
+        if tokens < MIN_PREFILL_PER_STEP {
+            0
+        } else {
+            tokens
+        }
     }
 
     fn release(&mut self, slot: usize, reason: FinishReason, error: Option<String>) {

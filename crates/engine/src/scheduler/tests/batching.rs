@@ -67,19 +67,38 @@ fn a_tpot_objective_caps_the_prefill_beside_generating_sequences_but_not_alone()
     // Nothing generating: a prompt takes the whole budget.
     let _alone = h.submit(&long);
     assert_eq!(h.step(), [(0, 200)]);
-    // Beside one generating row, (200 - 7) / 2.5 = 77 prompt tokens keep the step in 200 ms.
+    // Beside one generating row, (200 - 7) / 2.5 = 77 prompt tokens keep its next token
+    // within 200 ms; each such step spends what its token is allowed, so the next is alike.
     let _second = h.submit(&long);
     assert_eq!(h.step(), [(0, 1), (1, 77)]);
     assert_eq!(h.step(), [(0, 1), (1, 77)]);
     assert_eq!(h.step(), [(0, 1), (1, 46)]);
-    // Beside two rows, (200 - 9.5) / 2.5 = 76.
+    // Beside two rows, the tightest is the one that just had its first token:
+    // (200 - 9.5) / 2.5 = 76.
     let _third = h.submit(&long);
     assert_eq!(h.step(), [(0, 1), (1, 1), (2, 76)]);
-    // An objective the decode part alone nearly fills still lets prompts progress, a whole
-    // attention tile at a time.
+}
+
+#[test]
+fn under_a_tight_tpot_objective_prompts_wait_for_the_slack_fast_steps_leave() {
+    // A 10 ms objective over 7 ms decode steps: each step leaves 3 ms, and a prompt waits
+    // until they add up to a whole attention tile (64 tokens, 160 ms, plus the decode).
     let mut h = Harness::configured(4, 256, |c| c.tpot_slo_ms = Some(10));
-    let _first = h.submit("a");
+    let _first = h.submit_n("a", 200);
     h.step();
-    let _second = h.submit(&long);
-    assert_eq!(h.step(), [(0, 1), (1, 64)]);
+    let _second = h.submit(&"p".repeat(200));
+    let runs: Vec<Vec<(usize, usize)>> = (0..60).map(|_| h.step()).collect();
+    let first_prefill = runs.iter().position(|r| r.len() == 2).expect("the prompt starts within 60 steps");
+    assert!(runs[..first_prefill].iter().all(|r| r == &[(0, 1)]), "decode only until then");
+    // 3 ms a step: (64 * 2.5 + 7 - 10) / 3 = 52.3 steps.
+    assert!((50..=55).contains(&first_prefill), "{first_prefill}");
+    assert!(runs[first_prefill][1].1 >= 64, "{:?}", runs[first_prefill]);
+    // The chunk spent the slack: the rest of the prompt waits again.
+    assert_eq!(h.step(), [(0, 1)]);
+    // An objective a stream cannot make (under a decode step) holds nothing back.
+    let mut h = Harness::configured(4, 256, |c| c.tpot_slo_ms = Some(5));
+    let _first = h.submit_n("a", 200);
+    h.step();
+    let _second = h.submit(&"p".repeat(200));
+    assert_eq!(h.step(), [(0, 1), (1, 200)]);
 }
