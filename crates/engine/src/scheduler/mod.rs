@@ -6,8 +6,9 @@
 //! are therefore prefilled in chunks while running streams keep receiving a token per
 //! step, and a new request can start in the very next step. Which tokens' KV each slot
 //! holds, and where an admitted request's cached prefix comes from (its slot, another
-//! slot, host memory), is `kv`'s; `n` choices and scored prompts are `choices`'; the wait
-//! forecast is `Forecaster`'s, which the loop reports steps and completions to.
+//! slot, host memory), is `kv`'s; `n` choices and scored prompts are `choices`'; the TPOT
+//! objective's prefill budget is `tpot_budget`'s; the wait forecast is `Forecaster`'s,
+//! which the loop reports steps and completions to.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -30,6 +31,7 @@ mod batch;
 mod choices;
 pub(crate) mod decode;
 mod kv;
+mod tpot_budget;
 
 /// Moving a sequence copies its whole KV stream, which a few steps with one less pass over
 /// the weights repay; a sequence this close to its token limit is left where it is.
@@ -65,16 +67,6 @@ pub(crate) struct SchedulerConfig {
     /// when prompts are prefilled beside them (`EngineConfig::tpot_slo_ms`).
     pub tpot_slo_ms: Option<u32>,
 }
-
-/// The smallest prompt chunk a step beside generating sequences prefills under the TPOT
-/// objective (fewer wait for more slack): llama.cpp's CPU attention runs fewer than 64
-/// query rows of a sequence one by one over its whole KV (see `attention_cost`), so
-/// smaller chunks cost more per token than they spare.
-const MIN_PREFILL_PER_STEP: usize = 64;
-
-/// How many of its next tokens a sequence behind its TPOT objective may take to catch up
-/// before prompts stop waiting for it (a stream that long behind is lost anyway).
-const RECOVERY_TOKENS: u32 = 32;
 
 pub(crate) struct Scheduler<E: Executor> {
     executor: E,
@@ -294,7 +286,7 @@ impl<E: Executor> Scheduler<E> {
                 ),
             }
         }
-        let prefill_cap = self.prefill_cap();
+        let prefill_cap = tpot_budget::prefill_cap(&self.slots, &mut self.forecaster, self.tpot_slo_ms);
         self.batch.plan(&mut self.slots, &self.admission_order, &mut self.executor, &self.stats, prefill_cap);
         let tokens = &self.batch.tokens;
         if tokens.is_empty() {
@@ -402,53 +394,6 @@ impl<E: Executor> Scheduler<E> {
                 Ok(Some(reason)) => self.release(slot, reason, None),
                 Err(error) => self.release(slot, FinishReason::Error, Some(error)),
             }
-        }
-    }
-
-    /// Prompt tokens this step may prefill beside the generating sequences under the TPOT
-    /// objective: what the tightest of them can spend on this step and keep its mean time
-    /// per output token within the objective (the slack its earlier, faster steps left),
-    /// less the step's decode part, at the measured costs. A chunk smaller than
-    /// `MIN_PREFILL_PER_STEP` waits for more slack instead (small chunks cost more per
-    /// token). A sequence behind its objective holds prompts back until decode-only steps
-    /// have won the time back, unless even `RECOVERY_TOKENS` of them (or its tokens left)
-    /// could not: then it holds nothing back, nor does anything without an objective or
-    /// with nothing generating.
-    ///
-    /// A cap per step would not do: on a CPU a prompt token costs the same in whichever step
-    /// it is computed, so chunking a prefill spreads a stream's stalls but leaves its mean
-    /// time per token as it was; only prefilling while streams have slack to spare keeps it.
-    /// The forecast learns the rate prompts fill at in the long run: the objective less
-    /// the decode part, every step.
-    fn prefill_cap(&mut self) -> usize {
-        let rows = StepBatch::generating_rows(&self.slots);
-        let Some(target) = self.tpot_slo_ms.filter(|_| rows > 0).map(f64::from) else {
-            self.forecaster.set_prefill_cap(None);
-            return usize::MAX;
-        };
-        let steady = self.forecaster.prefill_within(target, rows);
-        // Where decode steps alone overrun the objective, nothing holds prompts back.
-        self.forecaster.set_prefill_cap((steady > 0).then_some((target, steady)));
-        let decode_ms = self.forecaster.decode_ms(rows);
-        // A sequence behind its objective wins back what each decode-only step leaves of it.
-        let recoverable = |seq: &Sequence, slack: f64| {
-            let left = seq.request.max_tokens.saturating_sub(seq.generated).min(RECOVERY_TOKENS);
-            slack + f64::from(left) * (target - decode_ms) >= decode_ms
-        };
-        let tightest = self
-            .slots
-            .iter()
-            .flatten()
-            .filter_map(|seq| seq.tpot_slack_ms(target).filter(|&slack| recoverable(seq, slack)))
-            .fold(f64::INFINITY, f64::min);
-        if tightest.is_infinite() {
-            return usize::MAX;
-        }
-        let tokens = self.forecaster.prefill_within(tightest.max(0.0), rows);
-        if tokens < MIN_PREFILL_PER_STEP {
-            0
-        } else {
-            tokens
         }
     }
 
