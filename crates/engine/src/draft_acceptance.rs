@@ -69,13 +69,12 @@ impl Acceptance {
         if drafted == 0 {
             return;
         }
+        let missed = usize::from(accepted < drafted);
+        let to_first_miss = accepted as f64 / (accepted + missed) as f64;
         let (estimate, observed) = match self.source {
             DraftSource::Suffix => (&mut self.suffix, accepted as f64 / drafted as f64),
-            DraftSource::Copy | DraftSource::Model => {
-                let missed = usize::from(accepted < drafted);
-                let estimate = if self.source == DraftSource::Copy { &mut self.copy } else { &mut self.model };
-                (estimate, accepted as f64 / (accepted + missed) as f64)
-            }
+            DraftSource::Copy => (&mut self.copy, to_first_miss),
+            DraftSource::Model => (&mut self.model, to_first_miss),
         };
         *estimate += ACCEPTANCE_SMOOTHING * (observed - *estimate);
     }

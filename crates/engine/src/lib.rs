@@ -20,6 +20,7 @@ mod host_cache;
 mod llama;
 mod llama_context;
 mod llama_draft;
+mod log_softmax;
 mod model_drafts;
 mod ngram_pool;
 mod prefill_plan;

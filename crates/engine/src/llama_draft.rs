@@ -22,6 +22,7 @@ use llama_cpp_2::token::LlamaToken;
 use crate::config::EngineConfig;
 use crate::error::EngineError;
 use crate::llama_context::{backend, slot_context_params};
+use crate::log_softmax::log_softmax_at;
 use crate::runtime::{DraftWant, RuntimeError, TokenId};
 
 /// History tokens the draft model takes in per call, over all sequences: a step waits on
@@ -181,15 +182,8 @@ impl<'m> DraftContext<'m> {
 
     /// The most likely token at `row` and its probability.
     fn most_likely(&self, row: i32) -> (TokenId, f32) {
-        let logits = self.ctx.get_logits_ith(row);
-        let mut best = (0usize, f32::NEG_INFINITY);
-        for (i, &l) in logits.iter().enumerate() {
-            if l > best.1 {
-                best = (i, l);
-            }
-        }
-        let sum: f32 = logits.iter().map(|&l| (l - best.1).exp()).sum();
-        (best.0 as TokenId, 1.0 / sum)
+        let (_, top) = log_softmax_at(self.ctx.get_logits_ith(row), 0, 1);
+        top.first().map_or((0, 0.0), |&(token, logprob)| (token, logprob.exp()))
     }
 }
 

@@ -118,7 +118,7 @@ pub(crate) struct Sequence {
     /// The token prompt lookup expected next when no draft was fed: checked against the
     /// sampled one, so the acceptance estimate keeps learning while nothing is drafted.
     pub predicted: Option<TokenId>,
-    /// What the steps since its first token took (`Scheduler::prefill_cap` keeps its mean
+    /// What the steps since its first token took (`scheduler::tpot_budget` keeps its mean
     /// time per output token within `--tpot-slo-ms` by this).
     pub decode_elapsed_ms: f64,
     token_bytes: Vec<u8>,

@@ -1,7 +1,8 @@
-//! Speculative decoding without a draft model (with one: `model_drafts`): drafts come from the sequence's own tokens
-//! (prompt lookup, vLLM's `ngram` method: the last few tokens are looked up earlier in the
-//! prompt and output, and what followed them there is proposed next). A sequence with a
-//! draft feeds it after its last token, the step computes logits at every row, and
+//! Speculative decoding without a draft model (with one: `model_drafts`): drafts come from
+//! the sequence's own tokens (prompt lookup, vLLM's `ngram` method: the last few tokens are
+//! looked up earlier in the prompt and output, and what followed them there is proposed
+//! next). A sequence with a draft feeds it after its last token, the step computes logits
+//! at every row, and
 //! `scheduler::decode::verify` keeps the longest prefix the model itself would have
 //! sampled. Under a constraint a draft is cut to what the grammar accepts, each row is
 //! sampled under its mask, and tokens the grammar forces after a kept draft end the

@@ -52,7 +52,8 @@ pub struct ModelArgs {
     pub draft_max: u32,
     /// Tokens the draft model proposes for a sequence in every step at least, whatever the
     /// measured costs say (0: as they say).
-    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
+    #[arg(long, value_name = "N", default_value_t = engine_defaults().draft_min as u32,
+          value_parser = clap::value_parser!(u32).range(0..=64))]
     pub draft_min: u32,
     /// Time-per-output-token objective of running streams, in ms: a step beside them
     /// prefills only as many prompt tokens as keep each stream's mean time per token within
