@@ -207,6 +207,14 @@ impl Forecaster {
         ((target_ms - self.decode_ms(decode_rows)) / self.costs.prefill_token_ms.max(1e-3)).max(0.0) as usize
     }
 
+    /// What one more step beside `decode_rows` generating rows costs, in prompt tokens: its
+    /// decode part (with none, a one-row step: a pass over the weights) at the measured cost
+    /// per prompt token. A prompt cheaper than that may share another's step
+    /// (`prefill_plan`).
+    pub fn step_in_prompt_tokens(&self, decode_rows: usize) -> usize {
+        (self.decode_ms(decode_rows) / self.costs.prefill_token_ms.max(1e-3)) as usize
+    }
+
     /// What the decode part of a step of `decode_rows` generating rows costs.
     pub fn decode_ms(&self, decode_rows: usize) -> f64 {
         self.rows.price(decode_rows, self.costs.decode_step_ms)

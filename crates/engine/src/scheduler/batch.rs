@@ -78,7 +78,8 @@ impl StepBatch {
     /// into one ubatch (one pass over the weights) per run of consecutive sequence ids in
     /// batch order, so admission order would cost a pass per out-of-order run.
     /// `prefill_cap` bounds the prompt tokens beside generating rows (the TPOT objective's
-    /// budget; `usize::MAX` for none).
+    /// budget; `usize::MAX` for none); `join_below` is what a step costs in prompt tokens
+    /// (a second prompt joins only if cheaper, `prefill_plan`).
     pub fn plan<E: Executor>(
         &mut self,
         slots: &mut [Option<Sequence>],
@@ -86,6 +87,7 @@ impl StepBatch {
         executor: &mut E,
         stats: &EngineStats,
         prefill_cap: usize,
+        join_below: usize,
     ) {
         self.tokens.clear();
         self.outputs.clear();
@@ -101,7 +103,7 @@ impl StepBatch {
             let Some(seq) = slots[slot].as_ref().filter(|s| s.is_prefilling() && !s.awaits_fork) else { continue };
             self.prompts_left.push((slot, seq.prompt_left().len()));
         }
-        self.planner.plan(budget, &self.prompts_left, &mut self.prefill_take);
+        self.planner.plan(budget, &self.prompts_left, join_below, &mut self.prefill_take);
         self.widen_prefills(slots, executor, stats, generating);
         // What one decode call still takes after the planned rows: room for forced tokens.
         let mut room = self.batch_limit.saturating_sub(generating + self.prefilled());

@@ -287,7 +287,9 @@ impl<E: Executor> Scheduler<E> {
             }
         }
         let prefill_cap = tpot_budget::prefill_cap(&self.slots, &mut self.forecaster, self.tpot_slo_ms);
-        self.batch.plan(&mut self.slots, &self.admission_order, &mut self.executor, &self.stats, prefill_cap);
+        let join_below = self.forecaster.step_in_prompt_tokens(StepBatch::generating_rows(&self.slots));
+        let (slots, order) = (&mut self.slots, &self.admission_order);
+        self.batch.plan(slots, order, &mut self.executor, &self.stats, prefill_cap, join_below);
         let tokens = &self.batch.tokens;
         if tokens.is_empty() {
             return;

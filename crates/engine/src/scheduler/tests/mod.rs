@@ -227,6 +227,15 @@ impl Harness {
         Self { scheduler, queue, next_id: 0 }
     }
 
+    /// Prices a prompt token at next to nothing beside a step (as on a GPU), so every prompt
+    /// within the budget joins the step (`prefill_plan`): for tests of steps that prefill
+    /// several prompts at once.
+    fn prompts_join(&mut self) {
+        self.scheduler
+            .forecaster
+            .freeze(crate::forecast::StepCosts { decode_step_ms: 7.0, prefill_token_ms: 0.01 }, 2.5);
+    }
+
     /// Prompt tokens of `prompt` the last published forecast expects to be cached.
     fn forecast_cached(&mut self, prompt: &str) -> usize {
         self.scheduler.publish(false);

@@ -51,6 +51,7 @@ fn an_idle_slot_that_lends_its_prefix_and_is_then_overwritten_is_saved_first() {
 #[test]
 fn a_prompt_in_host_memory_is_restored_even_when_the_lowest_free_slot_is_lending_its_prefix() {
     let mut h = Harness::with_cache(4, 256, true, 1 << 20);
+    h.prompts_join();
     let c = "Sphinx of black quartz, judge my vow, said the judge";
     let _c = h.submit_n(c, 4);
     h.run_to_idle();

@@ -39,6 +39,7 @@ fn a_chat_turn_that_arrives_behind_a_long_prompt_gets_the_next_step_to_itself() 
 #[test]
 fn short_prefills_that_share_a_step_are_widened_as_the_runtime_asks_for_company() {
     let mut h = Harness::with_cache(2, 256, true, 1 << 20);
+    h.prompts_join();
     h.scheduler.executor.widen_to = 0;
     h.scheduler.executor.widen_beside_others_to = 20;
     let _a = h.submit_n(PROMPT_A, 4);
@@ -70,6 +71,7 @@ fn widening_uses_the_room_between_the_step_budget_and_the_batch_limit_and_no_mor
             c.host_cache_bytes = 1 << 20;
             c.step_budget = 64;
         });
+        h.prompts_join();
         h.scheduler.executor.widen_beside_others_to = 20;
         let _a = h.submit_n(PROMPT_A, 4);
         h.run_to_idle();
@@ -84,6 +86,7 @@ fn widening_uses_the_room_between_the_step_budget_and_the_batch_limit_and_no_mor
 #[test]
 fn widening_the_last_chunk_of_a_prompt_takes_back_no_hits_it_never_had() {
     let mut h = Harness::with_cache(2, 64, true, 1 << 20);
+    h.prompts_join();
     h.scheduler.executor.widen_beside_others_to = 20;
     let _a = h.submit_n(PROMPT_A, 4);
     h.run_to_idle();
