@@ -15,6 +15,12 @@
 //! 24 to 65 new tokens arriving together took 1.3 s). There every short prefill of more than
 //! a few rows is widened.
 //! GPU kernels have other thresholds; this applies to CPU attention only.
+//!
+//! Whether the row-by-row kernel is that slow depends on the CPU: on a 2-core AMD EPYC
+//! (AVX-512, 2026-12-05) a chat turn's ~40 new tokens behind ~400 cached were not, and
+//! widening them made idle follow-up turns' first tokens later (median 261 ms against 186
+//! unwidened; llama-server 187). So the engine times both at start (`widening_pays`) and
+//! widens only where the wide prefill measured cheaper.
 
 /// Query rows of one stream that llama.cpp's tiled CPU attention needs, plus one: in a
 /// batch with decode tokens, llama.cpp's equal split puts one row of every consecutive
@@ -38,6 +44,18 @@ const MIN_ROWS_WIDENED_BESIDE_OTHERS: usize = 16;
 /// 208-token system prompt (a 16 % saving) stayed row by row; widened, its first token came
 /// ~11 % sooner in two A/B pairs (shared system prompts at 1 req/s).
 const MIN_SAVING: f64 = 0.1;
+
+/// The probe run at start: a prefill of `PROBE_NARROW_ROWS` new tokens behind
+/// `PROBE_CACHED` cached, against `WIDE_PREFILL_ROWS` ending at the same position (a chat
+/// turn behind its history, narrow and widened).
+pub(crate) const PROBE_CACHED: usize = 320;
+pub(crate) const PROBE_NARROW_ROWS: usize = 40;
+
+/// Whether widening pays on this machine, from the probe's fastest timings (ms): the wide
+/// prefill must save `MIN_SAVING` of the narrow one, as each widening must by the model.
+pub(crate) fn widening_pays(narrow_ms: f64, wide_ms: f64) -> bool {
+    wide_ms <= (1.0 - MIN_SAVING) * narrow_ms
+}
 
 /// How many prompt tokens to compute in a step that would compute the `left` last ones of
 /// a prompt whose `cached` earlier ones are in KV: `left`, or `WIDE_PREFILL_ROWS` when
@@ -63,6 +81,15 @@ pub(crate) fn cpu_prefill_width(cached: usize, left: usize, beside_others: bool)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn widening_is_used_only_where_the_probe_found_the_wide_prefill_a_tenth_cheaper() {
+        // The measurements behind the cost model: 41 new tokens 283 ms, widened 224 ms.
+        assert!(widening_pays(283.0, 224.0));
+        // A CPU whose row-by-row kernel is fast: 40 new tokens cost less than 65.
+        assert!(!widening_pays(140.0, 220.0));
+        assert!(!widening_pays(200.0, 190.0), "within the noise");
+    }
 
     #[test]
     fn a_chat_turn_behind_a_long_history_is_widened_to_the_tiled_kernel() {

@@ -15,7 +15,7 @@ use llama_cpp_2::token::logit_bias::LlamaLogitBias;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::{LlamaStateSeqFlags, SeqState};
 
-use crate::attention_cost::{cpu_prefill_width, WIDE_PREFILL_ROWS};
+use crate::attention_cost::{cpu_prefill_width, widening_pays, PROBE_CACHED, PROBE_NARROW_ROWS, WIDE_PREFILL_ROWS};
 use crate::chat::ChatTemplate;
 use crate::config::EngineConfig;
 use crate::error::EngineError;
@@ -155,7 +155,9 @@ pub(crate) struct LlamaExecutor<'m> {
     ctx_per_sequence: u32,
     samplers: Vec<Option<SequenceSampler>>,
     /// Attention runs on the CPU (no layers offloaded), with its kernel thresholds.
-    cpu_attention: bool,
+    /// Short prefills behind cached tokens are widened (CPU attention, where the start probe
+    /// found it cheaper: `attention_cost`).
+    widen_prefills: bool,
     /// The draft model's context, with `--speculative draft`.
     draft: Option<DraftContext<'m>>,
 }
@@ -171,20 +173,25 @@ impl<'m> LlamaExecutor<'m> {
         let widening = if cpu_attention { config.max_running * WIDE_PREFILL_ROWS } else { 0 };
         let n_batch = u32::try_from(config.prefill_chunk + widening).unwrap_or(u32::MAX);
         let params = slot_context_params(config, ctx_per_sequence, n_batch, n_batch.min(512))?;
-        let ctx = model
+        let mut ctx = model
             .model
             .new_context(backend()?, params)
             .map_err(|e| EngineError::Backend(format!("creating the context: {e}")))?;
         let ctx_per_sequence = ctx_per_sequence.min(ctx.n_ctx() / n_seq);
         let max_batch_tokens = ctx.n_batch() as usize;
+        let mut batch = LlamaBatch::new(max_batch_tokens, 1);
+        let widen_prefills = cpu_attention
+            && ctx_per_sequence as usize > PROBE_CACHED + PROBE_NARROW_ROWS
+            && max_batch_tokens >= WIDE_PREFILL_ROWS
+            && probe_widening(&mut ctx, &mut batch, model.model.n_vocab())?;
         Ok(Self {
             model,
             ctx,
-            batch: LlamaBatch::new(max_batch_tokens, 1),
+            batch,
             max_batch_tokens,
             ctx_per_sequence,
             samplers: (0..n_seq).map(|_| None).collect(),
-            cpu_attention,
+            widen_prefills,
             draft: None,
         })
     }
@@ -239,6 +246,40 @@ impl<'m> LlamaExecutor<'m> {
     }
 }
 
+/// Times, on slot 0 of a fresh context, a chat turn's prefill behind its history narrow and
+/// widened (`attention_cost`: whether widening pays depends on the CPU), the fastest of
+/// `PROBE_RUNS` each, and leaves the slot empty. Under a second at start on two cores.
+fn probe_widening(ctx: &mut LlamaContext, batch: &mut LlamaBatch, n_vocab: i32) -> Result<bool, EngineError> {
+    const PROBE_RUNS: usize = 3;
+    let failed = |e: &dyn std::fmt::Display| EngineError::Backend(format!("timing prefills at start: {e}"));
+    let end = PROBE_CACHED + PROBE_NARROW_ROWS;
+    let chunk = ctx.n_batch() as usize;
+    // Any tokens do: attention's cost depends on how many, not which.
+    let mut prefill = |ctx: &mut LlamaContext, from: usize, to: usize| -> Result<f64, EngineError> {
+        let _ = ctx.clear_kv_cache_seq(Some(0), Some(from as u32), None);
+        batch.clear();
+        for pos in from..to {
+            let token = LlamaToken((pos as i32 * 7 + 100) % n_vocab.max(1));
+            batch.add(token, pos as i32, &[0], pos + 1 == to).map_err(|e| failed(&e))?;
+        }
+        let started = std::time::Instant::now();
+        ctx.decode(batch).map_err(|e| failed(&e))?;
+        Ok(started.elapsed().as_secs_f64() * 1000.0)
+    };
+    for from in (0..PROBE_CACHED).step_by(chunk) {
+        prefill(ctx, from, (from + chunk).min(PROBE_CACHED))?;
+    }
+    let (mut narrow, mut wide) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..PROBE_RUNS {
+        narrow = narrow.min(prefill(ctx, PROBE_CACHED, end)?);
+        wide = wide.min(prefill(ctx, end - WIDE_PREFILL_ROWS, end)?);
+    }
+    let _ = ctx.clear_kv_cache_seq(Some(0), None, None);
+    let pays = widening_pays(narrow, wide);
+    tracing::info!(narrow_ms = narrow, wide_ms = wide, widen = pays, "short prefills behind cached tokens timed");
+    Ok(pays)
+}
+
 impl Executor for LlamaExecutor<'_> {
     type Snapshot = SeqState;
 
@@ -251,7 +292,7 @@ impl Executor for LlamaExecutor<'_> {
     }
 
     fn prefill_width(&self, cached: usize, left: usize, beside_others: bool) -> usize {
-        if self.cpu_attention {
+        if self.widen_prefills {
             cpu_prefill_width(cached, left, beside_others)
         } else {
             left

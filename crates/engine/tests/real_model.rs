@@ -345,7 +345,7 @@ fn a_prompt_restored_from_host_memory_generates_exactly_what_in_slot_reuse_does(
 }
 
 #[test]
-fn a_short_prompt_tail_widened_over_cached_tokens_generates_what_a_cold_prefill_does() {
+fn a_short_prompt_tail_after_cached_tokens_generates_what_a_cold_prefill_does_widened_or_not() {
     let _g = serial();
     let history = "Notes from the meeting. ".to_string()
         + &"The team reviewed the cache design, the batch layout and the benchmark plan. ".repeat(24);
@@ -366,10 +366,10 @@ fn a_short_prompt_tail_widened_over_cached_tokens_generates_what_a_cold_prefill_
     let (reused, cold) = (run(true), run(false));
     let (n, new) = (reused.2.usage.prompt_tokens, reused.2.usage.prompt_tokens - reused.2.usage.cached_tokens);
     assert!(n > 300, "a long history: {n} tokens");
-    // About 50 new tokens after ~360 cached: llama.cpp's row-by-row CPU attention would
-    // cost more than its 64-row tiled kernel, so 65 tokens are computed (64 + one that a
-    // mixed batch's decode ubatch takes).
-    assert_eq!(new, 65, "{:?}", reused.2.usage);
+    // About 50 new tokens after ~360 cached: computed as they are, or widened to 65 (64 for
+    // llama.cpp's tiled CPU attention + one that a mixed batch's decode ubatch takes) where
+    // the engine's start probe found the wide prefill cheaper on this CPU (`attention_cost`).
+    assert!(new == 65 || (30..65).contains(&new), "{:?}", reused.2.usage);
     assert_eq!(cold.2.usage.cached_tokens, 0);
     assert_eq!(reused.1[..8], cold.1[..8], "recomputed cached tokens change nothing");
 }
