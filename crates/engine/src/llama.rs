@@ -154,9 +154,8 @@ pub(crate) struct LlamaExecutor<'m> {
     max_batch_tokens: usize,
     ctx_per_sequence: u32,
     samplers: Vec<Option<SequenceSampler>>,
-    /// Attention runs on the CPU (no layers offloaded), with its kernel thresholds.
-    /// Short prefills behind cached tokens are widened (CPU attention, where the start probe
-    /// found it cheaper: `attention_cost`).
+    /// Short prefills behind cached tokens are widened: attention runs on the CPU (no layers
+    /// offloaded) and the start probe found the wide prefill cheaper (`attention_cost`).
     widen_prefills: bool,
     /// The draft model's context, with `--speculative draft`.
     draft: Option<DraftContext<'m>>,
@@ -248,7 +247,8 @@ impl<'m> LlamaExecutor<'m> {
 
 /// Times, on slot 0 of a fresh context, a chat turn's prefill behind its history narrow and
 /// widened (`attention_cost`: whether widening pays depends on the CPU), the fastest of
-/// `PROBE_RUNS` each, and leaves the slot empty. Under a second at start on two cores.
+/// `PROBE_RUNS` each, and leaves the slot empty. ~2 s at start on two cores, most of it the
+/// history's own prefill.
 fn probe_widening(ctx: &mut LlamaContext, batch: &mut LlamaBatch, n_vocab: i32) -> Result<bool, EngineError> {
     const PROBE_RUNS: usize = 3;
     let failed = |e: &dyn std::fmt::Display| EngineError::Backend(format!("timing prefills at start: {e}"));
