@@ -286,8 +286,9 @@ impl<E: Executor> Scheduler<E> {
                 ),
             }
         }
-        let prefill_cap = tpot_budget::prefill_cap(&self.slots, &mut self.forecaster, self.tpot_slo_ms);
-        let join_below = self.forecaster.step_in_prompt_tokens(StepBatch::generating_rows(&self.slots));
+        let rows = StepBatch::generating_rows(&self.slots);
+        let prefill_cap = tpot_budget::prefill_cap(&self.slots, rows, &mut self.forecaster, self.tpot_slo_ms);
+        let join_below = self.forecaster.step_in_prompt_tokens(rows);
         let (slots, order) = (&mut self.slots, &self.admission_order);
         self.batch.plan(slots, order, &mut self.executor, &self.stats, prefill_cap, join_below);
         let tokens = &self.batch.tokens;

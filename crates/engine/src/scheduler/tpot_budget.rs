@@ -1,22 +1,21 @@
 //! The TPOT objective's prefill budget (`--tpot-slo-ms`): how many prompt tokens a step may
 //! prefill beside the generating sequences.
 
-use super::batch::StepBatch;
 use crate::forecast::Forecaster;
 use crate::sequence::Sequence;
 
 /// The smallest prompt chunk a step beside generating sequences prefills under the TPOT
 /// objective (fewer wait for more slack): llama.cpp's CPU attention runs fewer than 64
-/// query rows of a sequence one by one over its whole KV (see `attention_cost`), so
-/// smaller chunks cost more per token than they spare.
+/// query rows of a sequence one by one over its whole KV (see `attention_cost`), which on
+/// some CPUs makes smaller chunks cost more per token than they spare.
 const MIN_PREFILL_PER_STEP: usize = 64;
 
 /// How many of its next tokens a sequence behind its TPOT objective may take to catch up
 /// before prompts stop waiting for it (a stream that long behind is lost anyway).
 const RECOVERY_TOKENS: u32 = 32;
 
-/// Prompt tokens this step may prefill beside the generating sequences under the TPOT
-/// objective: what the tightest of them can spend on this step and keep its mean time
+/// Prompt tokens this step may prefill beside the generating sequences (`rows` rows of
+/// them, `StepBatch::generating_rows`) under the TPOT objective: what the tightest of them can spend on this step and keep its mean time
 /// per output token within the objective (the slack its earlier, faster steps left),
 /// less the step's decode part, at the measured costs. A chunk smaller than
 /// `MIN_PREFILL_PER_STEP` waits for more slack instead (small chunks cost more per
@@ -30,8 +29,12 @@ const RECOVERY_TOKENS: u32 = 32;
 /// time per token as it was; only prefilling while streams have slack to spare keeps it.
 /// The forecast learns the rate prompts fill at in the long run: the objective less
 /// the decode part, every step.
-pub(super) fn prefill_cap(slots: &[Option<Sequence>], forecaster: &mut Forecaster, tpot_slo_ms: Option<u32>) -> usize {
-    let rows = StepBatch::generating_rows(slots);
+pub(super) fn prefill_cap(
+    slots: &[Option<Sequence>],
+    rows: usize,
+    forecaster: &mut Forecaster,
+    tpot_slo_ms: Option<u32>,
+) -> usize {
     let Some(target) = tpot_slo_ms.filter(|_| rows > 0).map(f64::from) else {
         forecaster.set_prefill_cap(None);
         return usize::MAX;
