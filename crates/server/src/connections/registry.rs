@@ -20,27 +20,35 @@ use tokio::sync::Notify;
 /// One open connection, as its task and the registry both see it.
 #[derive(Debug)]
 pub struct Connection {
-    start: Instant,
-    /// Milliseconds from `start` to the last byte moved either way.
-    last_ms: AtomicU64,
+    /// The registry's clock: every connection's activity is read against the same origin,
+    /// so "silent longest" compares stored times, never times read at different moments.
+    epoch: Instant,
+    /// Nanoseconds from `epoch` to the connection's start or the last byte moved either way.
+    last_ns: AtomicU64,
     in_flight: AtomicUsize,
     /// Asks the connection to close once its current response (if any) is sent.
     close: Notify,
 }
 
 impl Connection {
-    fn new() -> Self {
-        Self { start: Instant::now(), last_ms: AtomicU64::new(0), in_flight: AtomicUsize::new(0), close: Notify::new() }
+    fn new(epoch: Instant) -> Self {
+        let connection =
+            Self { epoch, last_ns: AtomicU64::new(0), in_flight: AtomicUsize::new(0), close: Notify::new() };
+        connection.touch();
+        connection
     }
 
     /// A byte moved.
     pub fn touch(&self) {
-        self.last_ms.store(self.start.elapsed().as_millis() as u64, Ordering::Relaxed);
+        self.last_ns.store(nanos_since(self.epoch), Ordering::Relaxed);
     }
 
     pub fn idle_for(&self) -> Duration {
-        let now = self.start.elapsed().as_millis() as u64;
-        Duration::from_millis(now.saturating_sub(self.last_ms.load(Ordering::Relaxed)))
+        Duration::from_nanos(nanos_since(self.epoch).saturating_sub(self.last_active()))
+    }
+
+    fn last_active(&self) -> u64 {
+        self.last_ns.load(Ordering::Relaxed)
     }
 
     /// Resolves when the registry wants this connection closed.
@@ -99,6 +107,7 @@ struct Entry {
 
 #[derive(Debug)]
 pub struct Registry {
+    epoch: Instant,
     cap: usize,
     reserve: usize,
     table: Mutex<Table>,
@@ -129,7 +138,7 @@ impl Drop for Place {
 impl Registry {
     /// `cap` regular places and `reserve` more for when all of them are busy.
     pub fn new(cap: usize, reserve: usize) -> Arc<Self> {
-        Arc::new(Self { cap, reserve, table: Mutex::new(Table::default()) })
+        Arc::new(Self { epoch: Instant::now(), cap, reserve, table: Mutex::new(Table::default()) })
     }
 
     fn lock(&self) -> MutexGuard<'_, Table> {
@@ -161,20 +170,26 @@ impl Registry {
         }
         let id = table.next_id;
         table.next_id += 1;
-        let connection = Arc::new(Connection::new());
+        let connection = Arc::new(Connection::new(self.epoch));
         table.entries.insert(id, Entry { connection: Arc::clone(&connection), reserve, closing: false });
         Some(Place { registry: Arc::clone(self), id, connection, admission })
     }
 }
 
-/// The regular connection without a request in flight that has been silent longest.
+/// The regular connection without a request in flight that has been silent longest; of
+/// two silent since the same instant, the older one (the table is a `HashMap`, so without
+/// the tie-break its iteration order would choose).
 fn longest_idle(table: &Table) -> Option<u64> {
     table
         .entries
         .iter()
         .filter(|(_, e)| !e.reserve && !e.closing && !e.connection.busy())
-        .max_by_key(|(_, e)| e.connection.idle_for())
+        .min_by_key(|(id, e)| (e.connection.last_active(), **id))
         .map(|(id, _)| *id)
+}
+
+fn nanos_since(epoch: Instant) -> u64 {
+    u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
@@ -211,6 +226,22 @@ mod tests {
             Some(Admission::Evicted),
             "a finished request frees its place"
         );
+    }
+
+    #[test]
+    fn connections_admitted_back_to_back_give_way_oldest_first() {
+        // No pause between admissions: their times may coincide, and the order must not
+        // then depend on the table's iteration order.
+        let registry = Registry::new(3, 0);
+        let mut places: Vec<Place> = (0..3).map(|_| registry.admit().expect("a place")).collect();
+        for _ in 0..20 {
+            let next = registry.admit().expect("room is made");
+            assert_eq!(next.admission, Admission::Evicted);
+            let oldest = places.remove(0);
+            assert!(ready_now(oldest.connection.close_requested()), "the oldest idle connection gives way");
+            assert!(places.iter().all(|p| !ready_now(p.connection.close_requested())), "and only it");
+            places.push(next);
+        }
     }
 
     /// Whether `future` is ready at once.
