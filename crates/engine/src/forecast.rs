@@ -17,11 +17,16 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use crate::host_cache::{block_hashes, BLOCK_TOKENS};
-use crate::prefill_plan::SHORT_PROMPT_TOKENS;
 use crate::runtime::TokenId;
 
 /// Smoothing of the measured costs: recent steps dominate, one odd step does not.
 const SMOOTHING: f64 = 0.1;
+
+/// The wait forecast takes a prompt with at most this many tokens (a chat's next turn, an
+/// agent's next round) to go before the prompts being prefilled once the step in progress
+/// is done, as `prefill_plan`'s shortest-first order mostly has it (the prompts' own
+/// lengths ahead are not in the outlook).
+const SHORT_PROMPT_TOKENS: usize = 256;
 
 /// What the engine thread last measured and expects.
 #[derive(Debug, Clone)]

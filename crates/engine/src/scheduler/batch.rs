@@ -1,8 +1,9 @@
 //! The batch one step computes: a decode row for every generating sequence (its last
 //! token, and any tokens its constraint forced), then prompt tokens of sequences still
 //! prefilling, up to the step's token budget. Which prompts get budget is
-//! `prefill_plan`'s choice (oldest first, a short prompt may go ahead); where the runtime
-//! computes a wider prefill faster, a completing prefill is widened.
+//! `prefill_plan`'s choice (fewest tokens left first, the oldest passed over in at most
+//! every other step); where the runtime computes a wider prefill faster, a completing
+//! prefill is widened.
 
 use std::collections::VecDeque;
 
@@ -73,7 +74,7 @@ impl StepBatch {
 
     /// Fills the batch for this step.
     ///
-    /// Which prompts get prefill budget is decided oldest first, but the batch itself is
+    /// Which prompts get prefill budget is `prefill_plan`'s choice, but the batch itself is
     /// laid out in slot order: with one KV stream per sequence, llama.cpp splits a batch
     /// into one ubatch (one pass over the weights) per run of consecutive sequence ids in
     /// batch order, so admission order would cost a pass per out-of-order run.

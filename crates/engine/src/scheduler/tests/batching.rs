@@ -20,16 +20,16 @@ fn a_step_lays_its_batch_out_in_slot_order_whatever_the_admission_order() {
 }
 
 #[test]
-fn prefill_budget_goes_to_the_oldest_prompt_first_and_decode_tokens_are_never_starved() {
+fn prefill_budget_goes_to_the_prompt_with_fewest_tokens_left_first_and_decode_tokens_are_never_starved() {
     let mut h = Harness::new(4, 6);
     h.prompts_join();
     let _running = h.submit("a");
     assert_eq!(h.step(), [(0, 1)]);
     let old = h.submit("bbbbbbbb");
     let _new = h.submit("cc");
-    // Budget 6: one decode token, then the older prompt takes the remaining five.
-    assert_eq!(h.step(), [(0, 1), (1, 5)]);
+    // Budget 6: one decode token, the shorter prompt, then three of the older one's.
     assert_eq!(h.step(), [(0, 1), (1, 3), (2, 2)]);
+    assert_eq!(h.step(), [(0, 1), (1, 4), (2, 1)]);
     drop(old);
     // The newer one moved down into the hole the cancelled one left.
     assert_eq!(h.step(), [(0, 1), (1, 1)]);
@@ -44,8 +44,9 @@ fn where_a_prompt_costs_more_than_a_step_prompts_are_prefilled_one_step_each() {
     let _first = h.submit(&"a".repeat(20));
     let _second = h.submit(&"b".repeat(20));
     let _one_token = h.submit("c");
-    // The oldest prompt goes alone but for the one-token prompt, cheaper than a step;
-    // the other gets the next step, and the first its first token one step sooner.
+    // The one-token prompt goes first, alone: the others cost more than a step each. Then
+    // the oldest (it was passed over), then the other, each in a step of its own.
+    assert_eq!(h.step(), [(0, 1), (3, 1)]);
     assert_eq!(h.step(), [(0, 1), (1, 20), (3, 1)]);
     assert_eq!(h.step(), [(0, 1), (1, 1), (2, 20), (3, 1)]);
     // With prompt tokens next to free beside a step, both would have shared the first.
