@@ -40,7 +40,13 @@ impl PrefillPlanner {
     /// has waited its own prefill; whoever is taken gets as much as the budget allows.
     /// Once one prompt is taken, another joins only with fewer than `join_below` tokens to
     /// compute (what a step of its own costs, in prompt tokens).
-    pub(crate) fn plan(&mut self, mut budget: usize, prompts: &[(usize, usize)], join_below: usize, take: &mut [usize]) {
+    pub(crate) fn plan(
+        &mut self,
+        mut budget: usize,
+        prompts: &[(usize, usize)],
+        join_below: usize,
+        take: &mut [usize],
+    ) {
         let Some(&(oldest, oldest_left)) = prompts.first() else {
             self.oldest = None;
             return;

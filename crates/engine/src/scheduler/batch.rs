@@ -12,6 +12,17 @@ use crate::runtime::{BatchToken, Executor};
 use crate::sequence::Sequence;
 use crate::stats::EngineStats;
 
+/// How much of a step the generating sequences take and what is left for prompts, decided
+/// by the scheduler before the batch is laid out.
+pub(super) struct StepSizing {
+    /// Rows the generating sequences feed (`StepBatch::generating_rows`).
+    pub generating_rows: usize,
+    /// Prompt tokens allowed beside them (the TPOT objective's budget; `usize::MAX` for none).
+    pub prefill_cap: usize,
+    /// What a step costs in prompt tokens: a second prompt joins only if cheaper (`prefill_plan`).
+    pub join_below: usize,
+}
+
 pub(super) struct StepBatch {
     pub tokens: Vec<BatchToken>,
     /// (slot, batch index) of every batch entry whose logits get sampled.
@@ -78,25 +89,21 @@ impl StepBatch {
     /// laid out in slot order: with one KV stream per sequence, llama.cpp splits a batch
     /// into one ubatch (one pass over the weights) per run of consecutive sequence ids in
     /// batch order, so admission order would cost a pass per out-of-order run.
-    /// `prefill_cap` bounds the prompt tokens beside generating rows (the TPOT objective's
-    /// budget; `usize::MAX` for none); `join_below` is what a step costs in prompt tokens
-    /// (a second prompt joins only if cheaper, `prefill_plan`).
     pub fn plan<E: Executor>(
         &mut self,
         slots: &mut [Option<Sequence>],
         admission_order: &VecDeque<usize>,
         executor: &mut E,
         stats: &EngineStats,
-        prefill_cap: usize,
-        join_below: usize,
+        sizing: &StepSizing,
     ) {
         self.tokens.clear();
         self.outputs.clear();
         self.prompt_rows.clear();
-        let generating = Self::generating_rows(slots);
+        let generating = sizing.generating_rows;
         let mut budget = self.step_budget.saturating_sub(generating);
         if generating > 0 {
-            budget = budget.min(prefill_cap);
+            budget = budget.min(sizing.prefill_cap);
         }
         self.prefill_take.iter_mut().for_each(|n| *n = 0);
         self.prompts_left.clear();
@@ -104,7 +111,7 @@ impl StepBatch {
             let Some(seq) = slots[slot].as_ref().filter(|s| s.is_prefilling() && !s.awaits_fork) else { continue };
             self.prompts_left.push((slot, seq.prompt_left().len()));
         }
-        self.planner.plan(budget, &self.prompts_left, join_below, &mut self.prefill_take);
+        self.planner.plan(budget, &self.prompts_left, sizing.join_below, &mut self.prefill_take);
         self.widen_prefills(slots, executor, stats, generating);
         // What one decode call still takes after the planned rows: room for forced tokens.
         let mut room = self.batch_limit.saturating_sub(generating + self.prefilled());

@@ -22,7 +22,7 @@ use crate::runtime::{BatchToken, Executor, Tokenizer};
 use crate::sequence::{PendingRequest, Sequence};
 use crate::speculate;
 use crate::stats::EngineStats;
-use batch::StepBatch;
+use batch::{StepBatch, StepSizing};
 use decode::{decode_next, verify, DecodeContext, SlotLogits};
 use kv::KvResidency;
 use rillm_backend::{FinishReason, Rejected};
@@ -287,10 +287,13 @@ impl<E: Executor> Scheduler<E> {
             }
         }
         let rows = StepBatch::generating_rows(&self.slots);
-        let prefill_cap = tpot_budget::prefill_cap(&self.slots, rows, &mut self.forecaster, self.tpot_slo_ms);
-        let join_below = self.forecaster.step_in_prompt_tokens(rows);
+        let sizing = StepSizing {
+            generating_rows: rows,
+            prefill_cap: tpot_budget::prefill_cap(&self.slots, rows, &mut self.forecaster, self.tpot_slo_ms),
+            join_below: self.forecaster.step_in_prompt_tokens(rows),
+        };
         let (slots, order) = (&mut self.slots, &self.admission_order);
-        self.batch.plan(slots, order, &mut self.executor, &self.stats, prefill_cap, join_below);
+        self.batch.plan(slots, order, &mut self.executor, &self.stats, &sizing);
         let tokens = &self.batch.tokens;
         if tokens.is_empty() {
             return;
