@@ -61,17 +61,15 @@ impl PrefillPlanner {
             // Stable: equal lengths stay oldest first.
             self.order.sort_by_key(|&(_, left)| left);
         }
-        let mut taken_one = false;
         let mut taken = 0usize;
         for &(slot, left) in &self.order {
             let n = left.min(budget);
-            if n == 0 || (taken_one && n >= join_below) {
+            if n == 0 || (taken > 0 && n >= join_below) {
                 continue;
             }
             take[slot] = n;
             budget -= n;
             taken += n;
-            taken_one = true;
         }
         let waited = if take[oldest] > 0 { 0 } else { waited.saturating_add(taken).saturating_add(join_below.max(1)) };
         self.oldest = Some((oldest, waited));

@@ -1,9 +1,9 @@
 //! The batch one step computes: a decode row for every generating sequence (its last
 //! token, and any tokens its constraint forced), then prompt tokens of sequences still
 //! prefilling, up to the step's token budget. Which prompts get budget is
-//! `prefill_plan`'s choice (fewest tokens left first, the oldest passed over in at most
-//! every other step); where the runtime computes a wider prefill faster, a completing
-//! prefill is widened.
+//! `prefill_plan`'s choice (fewest tokens left first, the oldest waiting at most about its
+//! own prefill for shorter ones); where the runtime computes a wider prefill faster, a
+//! completing prefill is widened.
 
 use std::collections::VecDeque;
 

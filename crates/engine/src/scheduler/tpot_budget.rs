@@ -15,9 +15,10 @@ const MIN_PREFILL_PER_STEP: usize = 64;
 const RECOVERY_TOKENS: u32 = 32;
 
 /// Prompt tokens this step may prefill beside the generating sequences (`rows` rows of
-/// them, `StepBatch::generating_rows`) under the TPOT objective: what the tightest of them can spend on this step and keep its mean time
-/// per output token within the objective (the slack its earlier, faster steps left),
-/// less the step's decode part, at the measured costs. A chunk smaller than
+/// them, `StepBatch::generating_rows`) under the TPOT objective: what the tightest of them
+/// can spend on this step and keep its mean time per output token within the objective
+/// (the slack its earlier, faster steps left), less the step's decode part, at the
+/// measured costs. A chunk smaller than
 /// `MIN_PREFILL_PER_STEP` waits for more slack instead (small chunks cost more per
 /// token). A sequence behind its objective holds prompts back until decode-only steps
 /// have won the time back, unless even `RECOVERY_TOKENS` of them (or its tokens left)
