@@ -123,10 +123,48 @@ pub fn usage_json(usage: &Usage) -> Value {
     })
 }
 
+/// `stream_options`: OpenAI's `include_usage` (a last chunk with the request's usage) and
+/// vLLM's `continuous_usage_stats` (usage so far on every chunk too, which AIPerf's
+/// `--per-chunk-usage` reads to count the tokens in each chunk).
 #[derive(Debug, Default, Deserialize)]
 pub struct StreamOptions {
     #[serde(default)]
-    pub include_usage: bool,
+    include_usage: bool,
+    #[serde(default)]
+    continuous_usage_stats: bool,
+    /// Anything else: refused by name.
+    #[serde(flatten)]
+    other: serde_json::Map<String, Value>,
+}
+
+/// Where streamed chunks carry usage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamUsage {
+    /// Nowhere.
+    Off,
+    /// A last chunk with the whole request's usage; `"usage": null` on the others.
+    Final,
+    /// The last chunk, and every chunk its choice's usage so far.
+    Continuous,
+}
+
+impl StreamOptions {
+    /// What the client asked for; a field rillm does not know is a 400 naming it.
+    /// `continuous_usage_stats` takes effect with `include_usage`, as in vLLM.
+    pub fn usage(options: Option<Self>) -> Result<StreamUsage, ApiError> {
+        let Some(options) = options else { return Ok(StreamUsage::Off) };
+        if let Some(name) = options.other.keys().next() {
+            return Err(ApiError::invalid(
+                format!("stream_options.{name}"),
+                format!("`stream_options.{name}` is not supported by this server"),
+            ));
+        }
+        Ok(match (options.include_usage, options.continuous_usage_stats) {
+            (false, _) => StreamUsage::Off,
+            (true, false) => StreamUsage::Final,
+            (true, true) => StreamUsage::Continuous,
+        })
+    }
 }
 
 pub fn unix_now() -> u64 {
@@ -151,9 +189,17 @@ struct Chunk<'a, C> {
     created: u64,
     model: &'a str,
     choices: [C; 1],
-    /// `"usage": null` on every chunk when the client asked for usage, as vLLM sends.
+    /// `"usage": null` on every chunk when the client asked for usage, as vLLM sends; the
+    /// choice's usage so far with `continuous_usage_stats`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    usage: Option<()>,
+    usage: Option<Option<ChunkUsage>>,
+}
+
+#[derive(Serialize)]
+struct ChunkUsage {
+    prompt_tokens: usize,
+    completion_tokens: u32,
+    total_tokens: usize,
 }
 
 /// What every chunk and the whole response of one OpenAI request share.
@@ -161,30 +207,52 @@ pub struct ResponseMeta {
     pub id: String,
     pub created: u64,
     pub model: String,
-    pub include_usage: bool,
+    pub usage: StreamUsage,
+    prompt_tokens: usize,
+    /// Tokens each choice has streamed so far (for continuous usage).
+    completion_tokens: Vec<u32>,
 }
 
 impl ResponseMeta {
-    pub fn new(id_prefix: &str, admitted: &Admitted, state: &AppState, stream_options: Option<StreamOptions>) -> Self {
+    pub fn new(id_prefix: &str, admitted: &Admitted, state: &AppState, usage: StreamUsage) -> Self {
         Self {
             id: format!("{id_prefix}-{}", admitted.stream.id()),
             created: unix_now(),
             model: state.model_name(),
-            include_usage: stream_options.is_some_and(|o| o.include_usage),
+            usage,
+            prompt_tokens: admitted.stream.prompt_tokens(),
+            completion_tokens: vec![0; admitted.choices.max(1) as usize],
         }
     }
 
-    /// A streamed chunk with one choice.
-    pub fn chunk<C: Serialize>(&self, object: &'static str, choice: C) -> Event {
-        let chunk = Chunk {
-            id: &self.id,
-            object,
-            created: self.created,
-            model: &self.model,
-            choices: [choice],
-            usage: self.include_usage.then_some(()),
+    /// Choice `index` streamed `tokens` more tokens: its next chunk's usage counts them.
+    pub fn streamed(&mut self, index: u32, tokens: usize) {
+        if let Some(count) = self.completion_tokens.get_mut(index as usize) {
+            *count += u32::try_from(tokens).unwrap_or(u32::MAX);
+        }
+    }
+
+    /// A streamed chunk with one choice, choice `index`.
+    pub fn chunk<C: Serialize>(&self, object: &'static str, index: u32, choice: C) -> Event {
+        let usage = match self.usage {
+            StreamUsage::Off => None,
+            StreamUsage::Final => Some(None),
+            StreamUsage::Continuous => {
+                let completion_tokens = self.completion_tokens.get(index as usize).copied().unwrap_or(0);
+                Some(Some(ChunkUsage {
+                    prompt_tokens: self.prompt_tokens,
+                    completion_tokens,
+                    total_tokens: self.prompt_tokens + completion_tokens as usize,
+                }))
+            }
         };
+        let chunk = Chunk { id: &self.id, object, created: self.created, model: &self.model, choices: [choice], usage };
         json_event(&chunk)
+    }
+
+    /// Whether the client asked for a last chunk with the request's usage.
+    pub fn include_usage(&self) -> bool {
+        self.usage != StreamUsage::Off
     }
 
     /// `{"id", "object", "created", "model"}` followed by `fields`' own keys.

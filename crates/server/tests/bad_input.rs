@@ -51,6 +51,13 @@ fn cases() -> Vec<Case> {
         case("/v1/completions", json!({"prompt": "Hi", "max_tokens": 100000}), 400, Some("prompt")),
         case("/v1/completions", json!({"prompt": "Hi", "stop": 5}), 400, Some("stop")),
         case("/v1/completions", json!({"prompt": "Hi", "stream": "yes"}), 400, Some("stream")),
+        case(
+            "/v1/completions",
+            json!({"prompt": "Hi", "stream": true, "stream_options": {"include_usage": true, "chunk_usage": true}}),
+            400,
+            Some("stream_options.chunk_usage"),
+        ),
+        case("/v1/chat/completions", json!({"messages": msg, "stream_options": {"usage": 1}}), 400, Some("stream_options.usage")),
         case("/v1/completions", json!({"prompt": "Hi", "presence_penalty": 1.0}), 400, Some("presence_penalty")),
         case("/v1/chat/completions", json!({"messages": []}), 400, Some("messages")),
         case("/v1/chat/completions", json!({"messages": "Hi"}), 400, Some("messages")),

@@ -150,6 +150,46 @@ async fn chat_streaming_opens_with_role_and_ends_with_finish_reason() {
     assert!(!content.is_empty());
 }
 
+/// vLLM's `continuous_usage_stats` (AIPerf's `--per-chunk-usage` reads it): every chunk
+/// carries its choice's usage so far, which counts the tokens streamed up to it.
+#[tokio::test]
+async fn continuous_usage_counts_the_tokens_streamed_so_far_on_every_chunk() {
+    let server = TestServer::start(Options::default()).await;
+    for (path, body) in [
+        ("/v1/completions", json!({"prompt": "The colours of the rainbow are"})),
+        ("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "List three colours."}]})),
+    ] {
+        let mut body = body;
+        body["max_tokens"] = json!(12);
+        body["ignore_eos"] = json!(true);
+        body["stream"] = json!(true);
+        body["logprobs"] = json!(if path == "/v1/completions" { json!(1) } else { json!(true) });
+        body["stream_options"] = json!({"include_usage": true, "continuous_usage_stats": true});
+        let events = read_sse(server.post(path, body).await).await;
+        assert_eq!(events.last().unwrap().data, "[DONE]", "{path}");
+        let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| e.json()).collect();
+        let last = chunks.last().unwrap();
+        assert_eq!(last["usage"]["completion_tokens"], 12, "{path}: {last}");
+        let prompt_tokens = last["usage"]["prompt_tokens"].as_u64().unwrap();
+        // Each chunk's count is the tokens of every chunk so far (one logprob entry a token).
+        let mut streamed = 0;
+        for c in &chunks[..chunks.len() - 1] {
+            let logprobs = &c["choices"][0]["logprobs"];
+            streamed += logprobs["content"].as_array().or(logprobs["tokens"].as_array()).map_or(0, Vec::len);
+            let usage = &c["usage"];
+            assert_eq!(usage["completion_tokens"].as_u64(), Some(streamed as u64), "{path}: {c}");
+            assert_eq!(usage["prompt_tokens"].as_u64(), Some(prompt_tokens), "{path}");
+            assert_eq!(usage["total_tokens"].as_u64(), Some(prompt_tokens + streamed as u64), "{path}");
+        }
+        assert_eq!(streamed, 12, "{path}");
+    }
+
+    // Without include_usage, continuous_usage_stats alone adds nothing (as in vLLM).
+    let body = json!({"prompt": "Hi", "max_tokens": 3, "stream": true, "stream_options": {"continuous_usage_stats": true}});
+    let events = read_sse(server.post("/v1/completions", body).await).await;
+    assert!(events.iter().all(|e| !e.data.contains("\"usage\"")));
+}
+
 #[tokio::test]
 async fn eight_concurrent_streams_all_complete() {
     let server = TestServer::start(Options::default()).await;

@@ -153,6 +153,7 @@ pub async fn chat_completions(
         }
     }
     refuse_unknown_fields(&body.other)?;
+    let stream_usage = StreamOptions::usage(body.stream_options)?;
     let tools = ToolRequest::from_fields(body.tools, body.tool_choice, body.parallel_tool_calls)?;
     let constraint = body.constraints.into_constraint()?;
     if let (Some(c), Some(_)) = (&constraint, tools.as_ref().filter(|t| t.choice != ToolChoice::None)) {
@@ -191,7 +192,7 @@ pub async fn chat_completions(
         fields.constraint = Some("tools".into());
     }
     let admitted = admit(&state, "chat", fields, request, received).await?;
-    let meta = ResponseMeta::new("chatcmpl", &admitted, &state, body.stream_options);
+    let meta = ResponseMeta::new("chatcmpl", &admitted, &state, stream_usage);
     let parsers = tools.is_some().then(|| (0..admitted.choices).map(|i| call_parser(&meta.id, i, format)).collect());
     let format =
         ChatFormat { meta, logprobs: logprobs.is_some(), choices: admitted.choices, parsers, tool_format: format };
@@ -316,7 +317,7 @@ impl ChatFormat {
         logprobs: Option<Value>,
         finish_reason: Option<&'static str>,
     ) -> Event {
-        self.meta.chunk("chat.completion.chunk", DeltaChoice { index, delta, logprobs, finish_reason })
+        self.meta.chunk("chat.completion.chunk", index, DeltaChoice { index, delta, logprobs, finish_reason })
     }
 }
 
@@ -329,7 +330,8 @@ impl StreamFormat for ChatFormat {
             .collect()
     }
 
-    fn text(&mut self, index: u32, text: &str, _token_ids: &[u32], logprobs: &[TokenLogprob]) -> Vec<Event> {
+    fn text(&mut self, index: u32, text: &str, token_ids: &[u32], logprobs: &[TokenLogprob]) -> Vec<Event> {
+        self.meta.streamed(index, token_ids.len());
         let mut logprobs = self.logprobs.then(|| crate::logprobs::chat(logprobs));
         let Some(parser) = self.parsers.as_mut().and_then(|p| p.get_mut(index as usize)) else {
             return vec![self.chunk_with(index, Delta { content: Some(text), ..Delta::default() }, logprobs, None)];
@@ -364,7 +366,7 @@ impl StreamFormat for ChatFormat {
 
     fn end(&mut self, usage: &Usage) -> Vec<Event> {
         let mut events = Vec::with_capacity(2);
-        if self.meta.include_usage {
+        if self.meta.include_usage() {
             let usage = json!({"choices": [], "usage": usage_json(usage)});
             events.push(json_event(&self.meta.object("chat.completion.chunk", usage)));
         }

@@ -104,6 +104,7 @@ pub async fn completions(
     let logprobs = crate::logprobs::completions_request(body.logprobs.as_ref())?;
     reject_if(body.best_of.is_some_and(|b| b != 1), "best_of")?;
     refuse_unknown_fields(&body.other)?;
+    let stream_usage = StreamOptions::usage(body.stream_options)?;
     let constraint = body.constraints.into_constraint()?;
     let prompt = body.prompt.into_prompt()?;
     let echo = match (body.echo, logprobs) {
@@ -136,7 +137,7 @@ pub async fn completions(
     }
     let fields = constrain(&mut request, constraint, "prompt");
     let admitted = admit(&state, "completions", fields, request, received).await?;
-    let meta = ResponseMeta::new("cmpl", &admitted, &state, body.stream_options);
+    let meta = ResponseMeta::new("cmpl", &admitted, &state, stream_usage);
     let text_offset = vec![0; admitted.choices as usize];
     let format = CompletionFormat { meta, logprobs: logprobs.is_some(), echo, text_offset };
     respond(admitted, format, body.stream, |f, whole| {
@@ -211,7 +212,7 @@ struct TextChoice<'a> {
 
 impl CompletionFormat {
     fn chunk(&self, index: u32, text: &str, logprobs: Option<Value>, finish_reason: Option<&'static str>) -> Event {
-        self.meta.chunk("text_completion", TextChoice { index, text, logprobs, finish_reason })
+        self.meta.chunk("text_completion", index, TextChoice { index, text, logprobs, finish_reason })
     }
 
     fn offset(&mut self, index: u32) -> &mut usize {
@@ -246,7 +247,8 @@ impl StreamFormat for CompletionFormat {
             .collect()
     }
 
-    fn text(&mut self, index: u32, text: &str, _token_ids: &[u32], logprobs: &[TokenLogprob]) -> Vec<Event> {
+    fn text(&mut self, index: u32, text: &str, token_ids: &[u32], logprobs: &[TokenLogprob]) -> Vec<Event> {
+        self.meta.streamed(index, token_ids.len());
         let logprobs = self.logprobs.then(|| crate::logprobs::completions(logprobs, self.offset(index)));
         vec![self.chunk(index, text, logprobs, None)]
     }
@@ -263,7 +265,7 @@ impl StreamFormat for CompletionFormat {
 
     fn end(&mut self, usage: &Usage) -> Vec<Event> {
         let mut events = Vec::with_capacity(2);
-        if self.meta.include_usage {
+        if self.meta.include_usage() {
             let usage = json!({"choices": [], "usage": usage_json(usage)});
             events.push(json_event(&self.meta.object("text_completion", usage)));
         }
