@@ -3,7 +3,7 @@
 
 use std::sync::OnceLock;
 
-use metrics::{counter, gauge, histogram, Histogram};
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use rillm_backend::Backend;
@@ -51,6 +51,51 @@ pub const SPEC_DRAFT_TOKENS: &str = "vllm:spec_decode_num_draft_tokens_total";
 pub const SPEC_ACCEPTED_TOKENS: &str = "vllm:spec_decode_num_accepted_tokens_total";
 pub const SPEC_ACCEPTED_PER_POS: &str = "vllm:spec_decode_num_accepted_tokens_per_pos_total";
 
+/// Each metric's `# HELP` text (vLLM's own for its names), which dashboards and scrapers
+/// such as AIPerf show beside the figures.
+const COUNTERS: &[(&str, &str)] = &[
+    (PROMPT_TOKENS, "Number of prefill tokens processed."),
+    (GENERATION_TOKENS, "Number of generation tokens processed."),
+    (SUCCESS, "Count of successfully processed requests."),
+    (REJECTED, "Requests refused before any token, by reason (429 when full, 503 when draining, ...)."),
+    (DISCONNECTS, "Streams whose client went away before the end; their generation was cancelled."),
+    (SEQUENCES_MOVED, "Sequences moved between KV slots to make room."),
+    (PROMPT_TOKENS_COMPUTED, "Prompt tokens run through the model (cache hits are not)."),
+    (PREFIX_QUERIES, "Prefix cache queries, in terms of number of queried tokens."),
+    (PREFIX_HITS, "Prefix cache hits, in terms of number of cached tokens."),
+    (HOST_CACHE_SAVES, "Prefixes saved to the host-memory cache tier."),
+    (HOST_CACHE_EVICTIONS, "Prefixes evicted from the host-memory cache tier."),
+    (HOST_CACHE_RESTORES, "Prefixes restored from the host-memory cache tier."),
+    (HOST_CACHE_RESTORE_FAILURES, "Restores from the host-memory tier that failed (the prompt was prefilled)."),
+    (HOST_CACHE_RESTORED_TOKENS, "Tokens restored from the host-memory tier instead of prefilled."),
+    (STRUCTURED_COMPILES, "Output constraints (schemas, regexes, grammars) compiled."),
+    (STRUCTURED_COMPILE_FAILURES, "Output constraints refused at compile time."),
+    (STRUCTURED_CACHE_HITS, "Output constraints found compiled in the cache."),
+    (STRUCTURED_TOKENS, "Tokens generated under an output constraint."),
+    (STRUCTURED_FORCED_TOKENS, "Constrained tokens the grammar forced (fed without a decode step)."),
+    (SPEC_DRAFTS, "Number of spec decoding drafts."),
+    (SPEC_DRAFT_TOKENS, "Number of draft tokens."),
+    (SPEC_ACCEPTED_TOKENS, "Number of accepted tokens."),
+    (SPEC_ACCEPTED_PER_POS, "Accepted tokens per draft position."),
+];
+const GAUGES: &[(&str, &str)] = &[
+    (RUNNING, "Number of requests in model execution batches."),
+    (WAITING, "Number of requests waiting to be processed."),
+    (KV_USAGE, "KV-cache usage. 1 means 100 percent usage."),
+    (CACHE_CONFIG, "Information of the KV cache layout (labels block_size, num_gpu_blocks)."),
+    (HOST_CACHE_BYTES, "Bytes held by the host-memory cache tier."),
+    (HOST_CACHE_BUDGET, "Byte budget of the host-memory cache tier."),
+    (HOST_CACHE_ENTRIES, "Prefixes held by the host-memory cache tier."),
+    (HOST_CACHE_RESTORE_SECONDS, "Seconds spent restoring prefixes from the host-memory tier, in all."),
+    (STRUCTURED_COMPILE_SECONDS, "Seconds spent compiling output constraints, in all."),
+];
+const HISTOGRAMS: &[(&str, &str)] = &[
+    (TTFT, "Histogram of time to first token in seconds."),
+    (ITL, "Histogram of inter-token latency in seconds."),
+    (E2E, "Histogram of e2e request latency in seconds."),
+    (QUEUE_TIME, "Histogram of time spent in WAITING phase for request."),
+];
+
 const LATENCY_BUCKETS: &[f64] =
     &[0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0];
 
@@ -66,7 +111,11 @@ pub fn handle() -> &'static PrometheusHandle {
         let recorder = builder.build_recorder();
         let handle = recorder.handle();
         // Fails only if another recorder was installed first; then ours just stays empty.
-        let _ = metrics::set_global_recorder(recorder);
+        if metrics::set_global_recorder(recorder).is_ok() {
+            COUNTERS.iter().for_each(|&(name, help)| describe_counter!(name, help));
+            GAUGES.iter().for_each(|&(name, help)| describe_gauge!(name, help));
+            HISTOGRAMS.iter().for_each(|&(name, help)| describe_histogram!(name, help));
+        }
         handle
     })
 }

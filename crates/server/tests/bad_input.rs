@@ -57,7 +57,12 @@ fn cases() -> Vec<Case> {
             400,
             Some("stream_options.chunk_usage"),
         ),
-        case("/v1/chat/completions", json!({"messages": msg, "stream_options": {"usage": 1}}), 400, Some("stream_options.usage")),
+        case(
+            "/v1/chat/completions",
+            json!({"messages": msg, "stream_options": {"usage": 1}}),
+            400,
+            Some("stream_options.usage"),
+        ),
         case("/v1/completions", json!({"prompt": "Hi", "presence_penalty": 1.0}), 400, Some("presence_penalty")),
         case("/v1/chat/completions", json!({"messages": []}), 400, Some("messages")),
         case("/v1/chat/completions", json!({"messages": "Hi"}), 400, Some("messages")),

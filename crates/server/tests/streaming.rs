@@ -185,7 +185,8 @@ async fn continuous_usage_counts_the_tokens_streamed_so_far_on_every_chunk() {
     }
 
     // Without include_usage, continuous_usage_stats alone adds nothing (as in vLLM).
-    let body = json!({"prompt": "Hi", "max_tokens": 3, "stream": true, "stream_options": {"continuous_usage_stats": true}});
+    let body =
+        json!({"prompt": "Hi", "max_tokens": 3, "stream": true, "stream_options": {"continuous_usage_stats": true}});
     let events = read_sse(server.post("/v1/completions", body).await).await;
     assert!(events.iter().all(|e| !e.data.contains("\"usage\"")));
 }
@@ -238,6 +239,11 @@ async fn models_health_ready_and_metrics_endpoints() {
         assert!(text.lines().any(|l| l.starts_with(name)), "missing {name}");
     }
     assert!(server.metric("vllm:generation_tokens_total").await >= 4.0);
+    // Every metric says what it is, as vLLM's do: a `# HELP` line beside each `# TYPE`.
+    let described: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("# HELP ")?.split(' ').next()).collect();
+    for typed in text.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next()) {
+        assert!(described.contains(&typed), "{typed} has no # HELP line");
+    }
 }
 
 #[tokio::test]
