@@ -78,15 +78,16 @@ rillm_validate_deploy() {
 
 # The tests' Python packages, in a venv that keeps them out of the system Python: gguf and
 # numpy (the tiny qwen2 GGUF), the official openai SDK with pydantic and the OpenAI Agents
-# SDK (the SDK tests), and lm-evaluation-harness with its HTTP extras (no torch).
+# SDK (the SDK tests), lm-evaluation-harness with its HTTP extras, and NVIDIA's AIPerf
+# (with transformers' tokenizers; no torch anywhere).
 # RILLM_TEST_PYTHON names its interpreter for the tests that run Python.
 rillm_python_test_deps() {
   local venv="$PWD/target/py"
   if [ ! -x "$venv/bin/python3" ] ||
-    ! "$venv/bin/python3" -c 'import gguf, numpy, openai, pydantic, agents, lm_eval, aiohttp, tenacity' 2>/dev/null; then
-    echo "setup: installing gguf, numpy, openai, pydantic, openai-agents and lm_eval[api] into $venv"
+    ! "$venv/bin/python3" -c 'import gguf, numpy, openai, pydantic, agents, lm_eval, aiohttp, tenacity, aiperf, transformers' 2>/dev/null; then
+    echo "setup: installing gguf, numpy, openai, pydantic, openai-agents, lm_eval[api] and aiperf into $venv"
     rillm_venv "$venv" || return 1
-    "$venv/bin/python3" -m pip install -q gguf numpy openai pydantic openai-agents "lm_eval[api]==0.4.13"
+    "$venv/bin/python3" -m pip install -q gguf numpy openai pydantic openai-agents "lm_eval[api]==0.4.13" "aiperf==0.13.0"
   fi
   export PATH="$venv/bin:$PATH"
   export RILLM_TEST_PYTHON="$venv/bin/python3"
