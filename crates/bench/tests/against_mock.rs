@@ -62,7 +62,8 @@ fn assert_superset(seed: &Value, ours: &Value, at: &str) {
 async fn result_file_has_every_seed_field_with_the_same_type() {
     let seed: Value = serde_json::from_str(include_str!("fixtures/seed-result.json")).unwrap();
     let mock = Mock::start(5, 5, 10, 1);
-    let out = std::env::temp_dir().join(format!("rillm-bench-{}.json", std::process::id()));
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let out = dir.path().join("bench.json");
     let url = format!("{}/generate", mock.base);
     bench(&[
         "--url",
@@ -87,15 +88,13 @@ async fn result_file_has_every_seed_field_with_the_same_type() {
     let rejected = ours["requests"].as_array().unwrap().iter().find(|r| r["status"] == "rejected").expect("a 429");
     let seed_failed = seed["requests"].as_array().unwrap().iter().find(|r| r["status"] == "failed").unwrap();
     assert_superset(seed_failed, rejected, "requests[rejected]");
-    let _ = std::fs::remove_file(out);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sweep_reports_each_level_a_knee_and_an_offline_html_report() {
     let mock = Mock::start(5, 5, 10, 10_000);
-    let dir = std::env::temp_dir();
-    let out = dir.join(format!("rillm-sweep-{}.json", std::process::id()));
-    let html = dir.join(format!("rillm-sweep-{}.html", std::process::id()));
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let (out, html) = (dir.path().join("sweep.json"), dir.path().join("sweep.html"));
     let url = format!("{}/v1/completions", mock.base);
     let levels = bench(&[
         "--url",
@@ -120,7 +119,6 @@ async fn sweep_reports_each_level_a_knee_and_an_offline_html_report() {
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("<svg") && page.contains("Goodput and throughput against load") && page.contains("TTFT CDF"));
     assert!(!page.contains("src=\"http") && !page.contains("href=\"http"), "report must not load anything");
-    let _ = (std::fs::remove_file(out), std::fs::remove_file(html));
 }
 
 /// Serves one HTTP response whose body is written in the given pieces, with pauses.
@@ -239,7 +237,8 @@ async fn slos_calibrated_on_the_target_scale_its_idle_ttft_line_and_tpot_and_can
         ..rillm_bench::mock::MockConfig::new(Duration::from_millis(40), Duration::from_millis(10), 40, 100)
     });
     let url = format!("{}/v1/completions", mock.base);
-    let out = std::env::temp_dir().join(format!("rillm-slo-calibration-{}.json", std::process::id()));
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let out = dir.path().join("calibration.json");
     let out_arg = out.to_str().expect("a UTF-8 path");
     let args = ["--url", &url, "--rate", "20", "--requests", "6", "--slo-scale", "3", "--output", out_arg];
     let r = &bench(&args).await[0];
@@ -256,7 +255,6 @@ async fn slos_calibrated_on_the_target_scale_its_idle_ttft_line_and_tpot_and_can
     // Another run judged by the same objectives, without calibrating again.
     let reused = &bench(&["--url", &url, "--requests", "2", "--slos-from", out_arg]).await[0];
     assert_eq!(reused.slos, r.slos);
-    let _ = std::fs::remove_file(&out);
     let refused = bench_err(&["--url", &url, "--slo-scale", "0"]).await;
     assert!(refused.contains("--slo-scale must be positive"), "{refused}");
 }

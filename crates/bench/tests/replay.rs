@@ -8,8 +8,9 @@ mod support;
 
 use support::{bench, Mock};
 
-fn write(name: &str, content: &str) -> String {
-    let path = std::env::temp_dir().join(format!("rillm-replay-{}-{name}", std::process::id()));
+/// `content` in a file named `name` in the test's own directory (removed when it ends).
+fn write(dir: &tempfile::TempDir, name: &str, content: &str) -> String {
+    let path = dir.path().join(name);
     std::fs::write(&path, content).unwrap();
     path.display().to_string()
 }
@@ -17,7 +18,9 @@ fn write(name: &str, content: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_azure_trace_replays_at_its_scaled_times_with_exact_lengths_and_provenance() {
     let mock = Mock::start(5, 1, 100, 10_000);
+    let dir = tempfile::tempdir().expect("a temp dir");
     let trace = write(
+        &dir,
         "az.csv",
         "TIMESTAMP,ContextTokens,GeneratedTokens\n\
          2023-11-16 18:00:00.0000000,100,10\n2023-11-16 18:00:00.2000000,200,20\n2023-11-16 18:00:00.5000000,300,30\n\
@@ -64,7 +67,9 @@ async fn an_azure_trace_replays_at_its_scaled_times_with_exact_lengths_and_prove
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_carry_the_live_reply_and_wait_their_think_time() {
     let mock = Mock::start(5, 2, 100, 10_000);
+    let dir = tempfile::tempdir().expect("a temp dir");
     let sessions = write(
+        &dir,
         "s.jsonl",
         "{\"session_id\":\"a\",\"turns\":[{\"text\":\"one two three\",\"max_tokens\":4},{\"text\":\"four five\",\"max_tokens\":6,\"delay_ms\":100},{\"text\":\"six\",\"max_tokens\":2,\"delay_ms\":100}]}\n\
          {\"session_id\":\"b\",\"turns\":[{\"text\":\"seven\",\"max_tokens\":3},{\"text\":\"eight nine\",\"max_tokens\":3,\"delay_ms\":100}]}\n",
@@ -196,7 +201,8 @@ async fn synthetic_sessions_and_shared_prefixes_have_the_lengths_asked_for() {
 async fn workload_mistakes_are_refused_with_a_reason() {
     let mock = Mock::start(5, 1, 10, 10_000);
     let url = format!("{}/v1/completions", mock.base);
-    let trace = write("t.jsonl", "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 2}\n");
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let trace = write(&dir, "t.jsonl", "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 2}\n");
     for (args, needle) in [
         (vec!["--url", &url, "--trace", &trace, "--rate", "2"], "own arrival times"),
         (vec!["--url", &url, "--trace", &trace, "--time-scale", "0"], "--time-scale"),
@@ -211,7 +217,9 @@ async fn workload_mistakes_are_refused_with_a_reason() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trace_replays_whole_unless_told_and_says_how_much_of_it() {
     let mock = Mock::start(1, 1, 4, 10_000);
+    let dir = tempfile::tempdir().expect("a temp dir");
     let trace = write(
+        &dir,
         "whole.csv",
         "TIMESTAMP,ContextTokens,GeneratedTokens\n\
          2023-11-16 18:00:00.0000000,20,2\n2023-11-16 18:00:00.2000000,20,2\n2023-11-16 18:00:00.5000000,20,2\n\

@@ -1,7 +1,7 @@
 //! Load from several processes: `--shard I/N` splits one seeded schedule, `bench merge`
 //! puts the shards back together. Against the mock server over loopback.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use rillm_bench::merge::{self, MergeError};
 use rillm_bench::results::compare;
@@ -11,18 +11,14 @@ mod support;
 
 use support::{bench, bench_err, Mock};
 
-fn temp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("rillm-shards-{}-{name}", std::process::id()))
-}
-
 const RUN: [&str; 10] =
     ["--rate", "40", "--requests", "40", "--seed", "7", "--input-tokens", "uniform:10-300", "--ttft-slo-ms", "500"];
 
 /// Runs the four shards of RUN at once against `url` (plus `extra` for shard 3), each to
 /// its own file, starting together 1.5 s from now (time enough for each to build its prompts).
-async fn four_shards(url: &str, tag: &str, extra: &[&str]) -> Vec<PathBuf> {
+async fn four_shards(dir: &Path, url: &str, tag: &str, extra: &[&str]) -> Vec<PathBuf> {
     let start_at = (rillm_bench::run::shard::unix_ms_now() + 1500).to_string();
-    let files: Vec<PathBuf> = (0..4).map(|i| temp(&format!("{tag}-{i}.json"))).collect();
+    let files: Vec<PathBuf> = (0..4).map(|i| dir.join(format!("{tag}-{i}.json"))).collect();
     let runs = (0..4).map(|i| {
         let shard = format!("{i}/4");
         let mut args = vec!["--url", url, "--shard", &shard, "--start-at", &start_at, "--output"];
@@ -48,7 +44,8 @@ async fn four_shards_merge_into_the_unsharded_run() {
     let mock = Mock::start(20, 5, 8, 10_000);
     let url = format!("{}/v1/completions", mock.base);
     let whole = bench(&[&["--url", url.as_str()][..], &RUN].concat()).await.remove(0);
-    let files = four_shards(&url, "ok", &[]).await;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let files = four_shards(dir.path(), &url, "ok", &[]).await;
 
     // Each shard sent its quarter: arrivals i with i mod 4 == its index.
     for (i, file) in files.iter().enumerate() {
@@ -88,13 +85,10 @@ async fn four_shards_merge_into_the_unsharded_run() {
     assert!(missing.contains("missing") && missing.contains("[3]"), "{missing}");
     let twice = merged(&[files[0].clone(), files[0].clone(), files[2].clone(), files[3].clone()]);
     assert!(twice.expect_err("shard twice").to_string().contains("shard 0/4 is in both"));
-    let other = four_shards(&url, "other", &["--output-tokens", "9"]).await;
+    let other = four_shards(dir.path(), &url, "other", &["--output-tokens", "9"]).await;
     let mixed = [files[0].clone(), files[1].clone(), files[2].clone(), other[3].clone()];
     let mismatch = merged(&mixed).expect_err("another workload").to_string();
     assert!(mismatch.contains("not shards of one run") && mismatch.contains("output_tokens"), "{mismatch}");
-    for f in files.iter().chain(&other) {
-        let _ = std::fs::remove_file(f);
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -104,7 +98,8 @@ async fn sessions_shard_by_conversation_and_merge_with_their_turns() {
     let run = ["--url", url.as_str(), "--sessions", "8", "--turns", "3", "--rate", "40", "--input-tokens", "20"];
     let whole = bench(&run).await.remove(0);
     let start_at = (rillm_bench::run::shard::unix_ms_now() + 1500).to_string();
-    let files: Vec<PathBuf> = (0..2).map(|i| temp(&format!("sessions-{i}.json"))).collect();
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let files: Vec<PathBuf> = (0..2).map(|i| dir.path().join(format!("sessions-{i}.json"))).collect();
     let shards = (0..2).map(|i| {
         let shard = format!("{i}/2");
         let mut args: Vec<String> = run.iter().map(|a| a.to_string()).collect();
@@ -126,9 +121,6 @@ async fn sessions_shard_by_conversation_and_merge_with_their_turns() {
     let turns = all.per_turn.as_ref().expect("per-turn figures survive the merge");
     assert_eq!(turns.iter().map(|t| t.completed).collect::<Vec<_>>(), [8, 8, 8]);
     assert_eq!(all.sessions.map(|s| s.cut_short), Some(0));
-    for f in files {
-        let _ = std::fs::remove_file(f);
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

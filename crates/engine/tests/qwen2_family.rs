@@ -8,10 +8,11 @@ use std::process::Command;
 
 use rillm_engine::{ChatMessage, Engine, EngineConfig, FinishReason, GenerateRequest, SamplingParams, StreamEvent};
 
-fn tiny_qwen2() -> PathBuf {
+/// The tiny qwen2 GGUF, written into `dir`.
+fn tiny_qwen2(dir: &tempfile::TempDir) -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let source = rillm_models::model_for_tests();
-    let out = std::env::temp_dir().join(format!("rillm-tiny-qwen2-{}.gguf", std::process::id()));
+    let out = dir.path().join("tiny-qwen2.gguf");
     let status = Command::new("python3")
         .arg(root.join("scripts/make-tiny-qwen2.py"))
         .arg(&source)
@@ -35,7 +36,8 @@ fn finish(mut stream: rillm_engine::RequestStream) -> (Vec<u32>, rillm_engine::C
 
 #[test]
 fn a_qwen2_gguf_loads_batches_and_chats() {
-    let path = tiny_qwen2();
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = tiny_qwen2(&dir);
     let mut config = EngineConfig::new(&path);
     config.max_running = 2;
     config.ctx_per_sequence = 256;
@@ -60,5 +62,4 @@ fn a_qwen2_gguf_loads_batches_and_chats() {
     // "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n" in SmolLM2's vocabulary.
     assert!(done.usage.prompt_tokens >= 8, "{:?}", done.usage);
     drop(engine);
-    let _ = std::fs::remove_file(path);
 }

@@ -257,8 +257,8 @@ fn seeded_sampling_is_reproducible_and_differs_across_seeds() {
 #[test]
 fn corrupt_or_foreign_files_give_a_clear_error_naming_the_file() {
     let _g = serial();
-    let dir = std::env::temp_dir().join(format!("rillm-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let temp = tempfile::tempdir().expect("a temp dir");
+    let dir = temp.path();
     let corrupt = dir.join("corrupt.gguf");
     let mut bytes = b"GGUF".to_vec();
     bytes.extend(std::iter::repeat_n(0xAB, 4096));
@@ -274,7 +274,6 @@ fn corrupt_or_foreign_files_give_a_clear_error_naming_the_file() {
         let message = err.to_string();
         assert!(message.contains(&path.display().to_string()) && message.contains(needle), "{message}");
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

@@ -11,7 +11,8 @@ use support::{http, model, serial, start_server, BIN};
 fn the_prototypes_bench_command_runs_against_rillm_serve_with_no_rejections() {
     let _g = serial();
     let server = start_server(512, &[]);
-    let out = std::env::temp_dir().join(format!("rillm-run-{}.json", std::process::id()));
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let out = dir.path().join("run.json");
     let url = format!("http://127.0.0.1:{}/generate", server.port);
     let status = Command::new(BIN)
         .args(["bench", "--url", &url, "--requests", "6", "--rate", "2", "--output"])
@@ -39,7 +40,6 @@ fn the_prototypes_bench_command_runs_against_rillm_serve_with_no_rejections() {
     for r in result["requests"].as_array().unwrap() {
         assert!(r["content_events"].as_u64().unwrap() > 0 && !r["text"].as_str().unwrap().is_empty());
     }
-    let _ = std::fs::remove_file(out);
 }
 
 #[test]

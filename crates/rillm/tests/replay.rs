@@ -16,10 +16,6 @@ fn server() -> (tokio::sync::MutexGuard<'static, ()>, Server) {
     (guard, start_server(1024, &[]))
 }
 
-fn temp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("rillm-replay-{}-{name}", std::process::id()))
-}
-
 /// Runs `rillm bench` with `args` and returns its result file.
 fn bench(args: &[&str]) -> Value {
     bench_result(args, &format!("replay-{}", args.len()))
@@ -80,7 +76,8 @@ fn the_azure_trace_replays_against_rillm_with_exact_prompt_lengths() {
 #[test]
 fn repeated_mooncake_hash_ids_come_back_as_cached_prompt_tokens() {
     let (_serial, server) = server();
-    let trace = temp("mooncake.jsonl");
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let trace = dir.path().join("mooncake.jsonl");
     // Blocks of 64 tokens: request 1 shares two blocks with request 0, request 2 shares none.
     std::fs::write(
         &trace,
@@ -102,7 +99,6 @@ fn repeated_mooncake_hash_ids_come_back_as_cached_prompt_tokens() {
     assert!(cached[1] >= 180 - 65 && cached[1] < 180, "two shared blocks reused: {cached:?}");
     assert!(cached[0] < 16 && cached[2] < 16, "nothing shared: {cached:?}");
     assert!(r["tokens"]["prefix_cache_hit_pct"].as_f64().unwrap() > 20.0, "{}", r["tokens"]);
-    let _ = std::fs::remove_file(trace);
 }
 
 #[test]

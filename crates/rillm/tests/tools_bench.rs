@@ -14,10 +14,9 @@ fn the_bench_plays_the_tools_and_checks_every_call() {
     // The 24 tools' block is ~2,300 prompt tokens.
     let server = start_server(4096, &[]);
     let tools = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/tools/tools.json");
-    let dir = std::env::temp_dir();
-    let prompts = dir.join(format!("rillm-agents-{}.jsonl", std::process::id()));
-    let report = dir.join(format!("rillm-agents-{}.html", std::process::id()));
-    let saved = dir.join(format!("rillm-agents-saved-{}.jsonl", std::process::id()));
+    let temp = tempfile::tempdir().expect("a temp dir");
+    let dir = temp.path();
+    let (prompts, report, saved) = (dir.join("agents.jsonl"), dir.join("agents.html"), dir.join("agents-saved.jsonl"));
     std::fs::write(
         &prompts,
         "{\"messages\": [{\"role\": \"user\", \"content\": \"What is 1234 multiplied by 56?\"}], \"max_tokens\": 120}\n\
@@ -61,8 +60,6 @@ fn the_bench_plays_the_tools_and_checks_every_call() {
     assert_eq!(result["run_context"]["workload"]["tools"]["count"], 24);
     let html = std::fs::read_to_string(&report).unwrap();
     assert!(html.contains("valid tool calls"), "the report shows the calls' check");
-    let _ = std::fs::remove_file(prompts);
-    let _ = std::fs::remove_file(report);
 
     // The saved requests, replayed as recorded: the same requests, rounds and tools, whatever
     // the server replies now (how agent traffic is replayed against a server that makes no calls).
@@ -84,10 +81,9 @@ fn the_bench_plays_the_tools_and_checks_every_call() {
     let refused = std::process::Command::new(support::BIN).arg("bench").args(&with_tools).output().unwrap();
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--tools would change them"));
-    let _ = std::fs::remove_file(saved);
 
     // Recorded agent traffic: OpenAI chat requests with their own tools, replayed as they are.
-    let recorded = dir.join(format!("rillm-recorded-{}.jsonl", std::process::id()));
+    let recorded = dir.join("recorded.jsonl");
     let tool = r#"{"type": "function", "function": {"name": "add", "parameters": {"type": "object",
         "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}"#
         .replace('\n', " ");
@@ -111,5 +107,4 @@ fn the_bench_plays_the_tools_and_checks_every_call() {
     assert_eq!(n("replies"), 4, "{summary}");
     assert!(n("calls") >= 2, "the `required` records call: {summary}");
     assert_eq!(n("valid"), n("calls"), "checked against the records' own tool: {summary}");
-    let _ = std::fs::remove_file(recorded);
 }

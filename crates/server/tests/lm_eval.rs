@@ -45,7 +45,8 @@ async fn lm_eval_scores_a_local_task_as_the_engine_scores_it() {
         TestServer::start_sharing_engine(Options { max_running: 4, max_waiting: 16, ctx: 512, ..Options::default() })
             .await;
     let tasks = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/lm_eval");
-    let out = std::env::temp_dir().join(format!("rillm-lm-eval-{}", std::process::id()));
+    let temp = tempfile::tempdir().expect("a temp dir");
+    let out = temp.path().join("lm-eval");
     let model_args = format!(
         "model={},base_url={}/v1/completions,tokenizer_backend=remote,num_concurrent=2,max_retries=1",
         engine.model_name(),
@@ -66,7 +67,6 @@ async fn lm_eval_scores_a_local_task_as_the_engine_scores_it() {
 
     let samples_file = walk(&out).into_iter().find(|p| p.to_string_lossy().contains("samples_rillm_mc"));
     let samples = std::fs::read_to_string(samples_file.expect("a samples file")).expect("read samples");
-    let _ = std::fs::remove_dir_all(&out);
     let (mut docs, mut correct, mut worst) = (0, 0, 0f64);
     for line in samples.lines().filter(|l| !l.trim().is_empty()) {
         let sample: Value = serde_json::from_str(line).expect("JSON line");

@@ -240,12 +240,10 @@ mod tests {
         assemble(&mut calls, delta(1, Some("b"), Some("add"), "{\"a\": \"x\"}"));
         assert_eq!(calls.len(), 2);
         assert_eq!(calls[0], ToolCall { id: "a".into(), name: "add".into(), arguments: "{\"a\": 1, \"b\": 2}".into() });
-        let path = std::env::temp_dir().join(format!("rillm-tools-{}.json", std::process::id()));
         let tools = json!([{"type": "function", "function": {"name": "add", "parameters": {"type": "object",
             "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}]);
-        std::fs::write(&path, tools.to_string()).expect("write");
+        let path = crate::workload::test_file("tools.json", &tools.to_string());
         let set = ToolSet::load(&path, "required", 40, 3).expect("loads");
-        let _ = std::fs::remove_file(&path);
         calls.push(ToolCall { id: "c".into(), name: "rm".into(), arguments: "{}".into() });
         let check = set.check(&mut calls.clone(), false);
         assert_eq!(check, CallCheck { calls: 3, parsed: 3, allowed: 2, valid: 1, cut: 0 });

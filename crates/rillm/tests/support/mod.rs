@@ -19,14 +19,13 @@ pub fn start_server(ctx: u32, extra: &[&str]) -> Server {
     Server::start(std::path::Path::new(BIN), &args)
 }
 
-/// Runs `rillm bench` with `args` (it must succeed) and returns its result file; `name`
-/// keeps concurrent callers' files apart.
+/// Runs `rillm bench` with `args` (it must succeed) and returns its result file (written
+/// as `name`.json in a directory of its own, removed after).
 pub fn bench_result(args: &[&str], name: &str) -> serde_json::Value {
-    let out = std::env::temp_dir().join(format!("rillm-bench-{}-{name}.json", std::process::id()));
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let out = dir.path().join(format!("{name}.json"));
     let status =
         Command::new(BIN).arg("bench").args(args).arg("--output").arg(&out).stdout(Stdio::null()).status().unwrap();
     assert!(status.success(), "rillm bench {args:?}");
-    let result = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    let _ = std::fs::remove_file(out);
-    result
+    serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap()
 }
