@@ -116,6 +116,8 @@ struct Payload<'a> {
 
 #[derive(Deserialize)]
 struct Choice<'a> {
+    #[serde(default)]
+    index: Option<u32>,
     #[serde(borrow, default)]
     text: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
@@ -188,7 +190,8 @@ fn error_message(e: &Value) -> String {
 /// Decodes one request's stream, event by event.
 pub struct StreamDecoder {
     protocol: Protocol,
-    /// SGLang: the text and token count reported so far (each event repeats them).
+    /// SGLang: the text and token count reported so far (each event repeats them); OpenAI
+    /// protocols with per-chunk usage: the tokens counted so far.
     seen_text: String,
     seen_tokens: u32,
 }
@@ -218,7 +221,7 @@ impl StreamDecoder {
         }
         match self.protocol {
             Protocol::Generate => generate(event_type, p),
-            Protocol::Completions | Protocol::Chat => openai(p),
+            Protocol::Completions | Protocol::Chat => self.openai(p),
             Protocol::Sglang => self.sglang(p),
             Protocol::Tgi => tgi(p),
             Protocol::Triton => Chunk { text: p.text_output.unwrap_or_default().into_owned(), ..Chunk::default() },
@@ -272,21 +275,32 @@ fn generate(event_type: &str, p: Payload) -> Chunk {
     Chunk { text: text.unwrap_or_default(), tokens, ..Chunk::default() }
 }
 
-fn openai(p: Payload) -> Chunk {
-    let mut chunk = Chunk { usage: usage(p.usage), ..Chunk::default() };
-    if let Some(choice) = p.choices.and_then(|c| c.into_iter().next()) {
-        chunk.finished = choice.finish_reason.as_ref().is_some_and(|f| !f.is_null());
-        chunk.finish_reason = reason(choice.finish_reason.as_ref());
-        if let Some(text) = choice.text {
-            chunk.text = text.into_owned();
+impl StreamDecoder {
+    /// A chunk of OpenAI's completions or chat stream. Where the server reports usage on
+    /// every chunk (vLLM's `stream_options.continuous_usage_stats`, which vLLM, SGLang and
+    /// rillm honour), its completion tokens so far tell how many tokens this event carries.
+    /// Only the first choice's are counted: with `n` > 1 each choice has its own count.
+    fn openai(&mut self, p: Payload) -> Chunk {
+        let mut chunk = Chunk { usage: usage(p.usage), ..Chunk::default() };
+        if let Some(choice) = p.choices.and_then(|c| c.into_iter().next()) {
+            chunk.finished = choice.finish_reason.as_ref().is_some_and(|f| !f.is_null());
+            chunk.finish_reason = reason(choice.finish_reason.as_ref());
+            if let Some(text) = choice.text {
+                chunk.text = text.into_owned();
+            }
+            if let Some(delta) = choice.delta {
+                chunk.text = delta.content.unwrap_or_default().into_owned();
+                chunk.reasoning = delta.reasoning_content.or(delta.reasoning).unwrap_or_default().into_owned();
+                chunk.tool_calls = delta.tool_calls.unwrap_or_default();
+            }
+            let so_far = chunk.usage.as_ref().and_then(|u| u.completion_tokens);
+            if let Some(total) = so_far.filter(|_| choice.index.unwrap_or(0) == 0) {
+                chunk.tokens = Some(total.saturating_sub(self.seen_tokens));
+                self.seen_tokens = total;
+            }
         }
-        if let Some(delta) = choice.delta {
-            chunk.text = delta.content.unwrap_or_default().into_owned();
-            chunk.reasoning = delta.reasoning_content.or(delta.reasoning).unwrap_or_default().into_owned();
-            chunk.tool_calls = delta.tool_calls.unwrap_or_default();
-        }
+        chunk
     }
-    chunk
 }
 
 fn tgi(p: Payload) -> Chunk {
@@ -368,6 +382,25 @@ mod tests {
             one(ch, "message", r#"{"error":{"message":"overloaded","type":"x"}}"#).error.as_deref(),
             Some("overloaded")
         );
+    }
+
+    #[test]
+    fn per_chunk_usage_counts_each_events_tokens() {
+        let mut d = StreamDecoder::new(Protocol::Chat);
+        let ev = |content: &str, index: u32, so_far: u32| {
+            format!(
+                r#"{{"choices":[{{"index":{index},"delta":{{"content":"{content}"}}}}],"usage":{{"prompt_tokens":9,"completion_tokens":{so_far},"total_tokens":{}}}}}"#,
+                9 + so_far
+            )
+        };
+        assert_eq!(d.decode("message", &ev("", 0, 0)).tokens, Some(0), "the role chunk");
+        assert_eq!(d.decode("message", &ev("Hi", 0, 1)).tokens, Some(1));
+        assert_eq!(d.decode("message", &ev(" there, you", 0, 4)).tokens, Some(3), "three kept drafts at once");
+        assert_eq!(d.decode("message", &ev("x", 1, 1)).tokens, None, "another choice counts its own");
+        assert_eq!(d.decode("message", &ev("!", 0, 5)).tokens, Some(1));
+        // Usage only at the end (the default): no count per event.
+        let mut plain = StreamDecoder::new(Protocol::Completions);
+        assert_eq!(plain.decode("message", r#"{"choices":[{"text":"a"}],"usage":null}"#).tokens, None);
     }
 
     #[test]

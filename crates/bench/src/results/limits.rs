@@ -48,7 +48,11 @@ pub(crate) fn text(f: &LimitFacts) -> String {
                 .into(),
         );
     } else if f.no_itl {
-        notes.push("Tokens per event are unknown, so token-level ITL is not given; see TPOT and event gaps.".into());
+        notes.push(
+            "Tokens per event are unknown, so token-level ITL is not given; see TPOT and event gaps (vLLM, SGLang \
+             and rillm count them with --extra-body '{\"stream_options\": {\"continuous_usage_stats\": true}}')."
+                .into(),
+        );
     }
     if f.have_tokens && f.without_tokens > 0 {
         notes.push(format!(
