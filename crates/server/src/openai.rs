@@ -149,10 +149,14 @@ pub enum StreamUsage {
 }
 
 impl StreamOptions {
-    /// What the client asked for; a field rillm does not know is a 400 naming it.
+    /// What the client asked for; a field rillm does not know is a 400 naming it, and so
+    /// are options for a response that is not streamed (as OpenAI and vLLM answer).
     /// `continuous_usage_stats` takes effect with `include_usage`, as in vLLM.
-    pub fn usage(options: Option<Self>) -> Result<StreamUsage, ApiError> {
+    pub fn usage(options: Option<Self>, stream: bool) -> Result<StreamUsage, ApiError> {
         let Some(options) = options else { return Ok(StreamUsage::Off) };
+        if !stream {
+            return Err(ApiError::invalid("stream_options", "`stream_options` is only allowed when `stream` is true"));
+        }
         if let Some(name) = options.other.keys().next() {
             return Err(ApiError::invalid(
                 format!("stream_options.{name}"),
@@ -207,7 +211,7 @@ pub struct ResponseMeta {
     pub id: String,
     pub created: u64,
     pub model: String,
-    pub usage: StreamUsage,
+    usage: StreamUsage,
     prompt_tokens: usize,
     /// Tokens each choice has streamed so far (for continuous usage).
     completion_tokens: Vec<u32>,

@@ -59,9 +59,16 @@ fn cases() -> Vec<Case> {
         ),
         case(
             "/v1/chat/completions",
-            json!({"messages": msg, "stream_options": {"usage": 1}}),
+            json!({"messages": msg, "stream": true, "stream_options": {"usage": 1}}),
             400,
             Some("stream_options.usage"),
+        ),
+        // Options for a stream on a request that is not streamed, as OpenAI and vLLM refuse.
+        case(
+            "/v1/completions",
+            json!({"prompt": "Hi", "stream_options": {"include_usage": true}}),
+            400,
+            Some("stream_options"),
         ),
         case("/v1/completions", json!({"prompt": "Hi", "presence_penalty": 1.0}), 400, Some("presence_penalty")),
         case("/v1/chat/completions", json!({"messages": []}), 400, Some("messages")),

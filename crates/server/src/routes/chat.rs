@@ -153,7 +153,7 @@ pub async fn chat_completions(
         }
     }
     refuse_unknown_fields(&body.other)?;
-    let stream_usage = StreamOptions::usage(body.stream_options)?;
+    let stream_usage = StreamOptions::usage(body.stream_options, body.stream)?;
     let tools = ToolRequest::from_fields(body.tools, body.tool_choice, body.parallel_tool_calls)?;
     let constraint = body.constraints.into_constraint()?;
     if let (Some(c), Some(_)) = (&constraint, tools.as_ref().filter(|t| t.choice != ToolChoice::None)) {

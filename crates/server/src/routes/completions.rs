@@ -104,7 +104,7 @@ pub async fn completions(
     let logprobs = crate::logprobs::completions_request(body.logprobs.as_ref())?;
     reject_if(body.best_of.is_some_and(|b| b != 1), "best_of")?;
     refuse_unknown_fields(&body.other)?;
-    let stream_usage = StreamOptions::usage(body.stream_options)?;
+    let stream_usage = StreamOptions::usage(body.stream_options, body.stream)?;
     let constraint = body.constraints.into_constraint()?;
     let prompt = body.prompt.into_prompt()?;
     let echo = match (body.echo, logprobs) {
