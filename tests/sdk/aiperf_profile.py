@@ -13,6 +13,7 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+import urllib.request
 
 REQUESTS = 8
 OUTPUT_TOKENS = 24
@@ -50,8 +51,6 @@ def tokenizer_dir(gguf: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
 
 
 def server_tokens(base: str, text: str) -> list[int]:
-    import urllib.request
-
     body = json.dumps({"prompt": text, "add_special_tokens": False}).encode()
     request = urllib.request.Request(f"{base}/tokenize", body, {"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=10) as r:
@@ -59,8 +58,6 @@ def server_tokens(base: str, text: str) -> list[int]:
 
 
 def model_name(base: str) -> str:
-    import urllib.request
-
     with urllib.request.urlopen(f"{base}/v1/models", timeout=10) as r:
         return json.load(r)["data"][0]["id"]
 
@@ -75,7 +72,8 @@ def main() -> None:
 
         sample = "Hello, world! 12345 tokens\n\n  def f(x):\treturn x**2  # café, naïve — 東京"
         ours = AutoTokenizer.from_pretrained(str(tokenizer)).encode(sample, add_special_tokens=False)
-        assert ours == server_tokens(base, sample), (ours, server_tokens(base, sample))
+        theirs = server_tokens(base, sample)
+        assert ours == theirs, (ours, theirs)
         artifacts = tmp / "artifacts"
         command = [
             sys.executable, "-m", "aiperf", "profile",

@@ -18,12 +18,11 @@ const RECOVERY_TOKENS: u32 = 32;
 /// them, `StepBatch::generating_rows`) under the TPOT objective: what the tightest of them
 /// can spend on this step and keep its mean time per output token within the objective
 /// (the slack its earlier, faster steps left), less the step's decode part, at the
-/// measured costs. A chunk smaller than
-/// `MIN_PREFILL_PER_STEP` waits for more slack instead (small chunks cost more per
-/// token). A sequence behind its objective holds prompts back until decode-only steps
-/// have won the time back, unless even `RECOVERY_TOKENS` of them (or its tokens left)
-/// could not: then it holds nothing back, nor does anything without an objective or
-/// with nothing generating.
+/// measured costs. A chunk smaller than `MIN_PREFILL_PER_STEP` waits for more slack
+/// instead (small chunks cost more per token). A sequence behind its objective holds
+/// prompts back until decode-only steps have won the time back, unless even
+/// `RECOVERY_TOKENS` of them (or its tokens left) could not: then it holds nothing back,
+/// nor does anything without an objective or with nothing generating.
 ///
 /// A cap per step would not do: on a CPU a prompt token costs the same in whichever step
 /// it is computed, so chunking a prefill spreads a stream's stalls but leaves its mean
