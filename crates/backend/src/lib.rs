@@ -17,7 +17,7 @@ mod tool_format;
 
 pub use rejected::Rejected;
 pub use request::{
-    ChatMessage, ChatToolCall, Completion, Constraint, FinishReason, GenerateRequest, Prompt, PromptToken,
+    ChatMessage, ChatToolCall, Completion, Constraint, FinishReason, GenerateRequest, Penalties, Prompt, PromptToken,
     SamplingParams, ServerTimings, StreamEvent, TokenId, TokenLogprob, TopLogprob, Usage,
 };
 pub use stats::{

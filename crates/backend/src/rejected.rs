@@ -28,6 +28,10 @@ pub enum Rejected {
     EmptyPrompt,
     #[error("{0}")]
     InvalidRequest(String),
+    /// A field other than the prompt is wrong in a way only the engine can tell (a
+    /// `logit_bias` token outside the vocabulary); `param` names it.
+    #[error("{message}")]
+    InvalidField { param: &'static str, message: String },
     /// The request's constraint (schema, regex, grammar) could not be compiled; the
     /// message is the compiler's own.
     #[error("{0}")]

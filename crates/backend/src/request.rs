@@ -89,11 +89,51 @@ pub struct SamplingParams {
     pub top_k: u32,
     /// Seed of the sampling RNG; `None` picks a random one.
     pub seed: Option<u64>,
+    /// Tokens less likely than `min_p` times the most likely one (after temperature) are
+    /// not sampled, as in vLLM; 0 disables it.
+    pub min_p: f32,
+    /// Added to these tokens' logits before sampling, greedy decoding included (OpenAI's
+    /// `logit_bias`: -100 bans a token, 100 all but forces it).
+    pub logit_bias: Vec<(TokenId, f32)>,
+    pub penalties: Penalties,
 }
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        Self { temperature: 1.0, top_p: 1.0, top_k: 0, seed: None }
+        Self {
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            seed: None,
+            min_p: 0.0,
+            logit_bias: Vec::new(),
+            penalties: Penalties::default(),
+        }
+    }
+}
+
+/// Repetition penalties as vLLM applies them to the logits before sampling (greedy
+/// decoding included): `repetition` divides the positive logits and multiplies the
+/// negative ones of every token in the prompt or the output so far (1 disables it);
+/// `frequency` is subtracted once for each time a token is in the output, `presence` once
+/// if it is there at all (OpenAI's, 0 disables them).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Penalties {
+    pub presence: f32,
+    pub frequency: f32,
+    pub repetition: f32,
+}
+
+impl Default for Penalties {
+    fn default() -> Self {
+        Self { presence: 0.0, frequency: 0.0, repetition: 1.0 }
+    }
+}
+
+impl Penalties {
+    /// Whether they change nothing.
+    pub fn is_neutral(&self) -> bool {
+        *self == Self::default()
     }
 }
 

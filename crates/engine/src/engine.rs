@@ -153,6 +153,7 @@ impl Engine {
         if request.n == 0 || request.n as usize > max_running {
             return Err(Rejected::TooManyChoices { n: request.n, max: max_running as u32 });
         }
+        check_logit_bias(&request.sampling.logit_bias, inner.tokenizer.vocab_size())?;
         let prompt = self.tokenize_prompt(&request.prompt)?;
         if prompt.is_empty() {
             return Err(Rejected::EmptyPrompt);
@@ -327,6 +328,18 @@ fn check_vocabulary(tokens: &[u32], vocab: u32) -> Result<(), Rejected> {
         Some((i, bad)) => Err(Rejected::InvalidRequest(format!(
             "token {bad} at index {i} is outside the vocabulary of {vocab} tokens"
         ))),
+        None => Ok(()),
+    }
+}
+
+/// `logit_bias` names tokens by id: each must be in the vocabulary (llama.cpp would read
+/// past its logits).
+fn check_logit_bias(bias: &[(u32, f32)], vocab: u32) -> Result<(), Rejected> {
+    match bias.iter().find(|(t, _)| *t >= vocab) {
+        Some((bad, _)) => Err(Rejected::InvalidField {
+            param: "logit_bias",
+            message: format!("`logit_bias` names token {bad}, outside the vocabulary of {vocab} tokens"),
+        }),
         None => Ok(()),
     }
 }

@@ -21,6 +21,7 @@ mod llama;
 mod llama_context;
 mod llama_draft;
 mod log_softmax;
+mod logit_adjust;
 mod model_drafts;
 mod ngram_pool;
 mod prefill_plan;
@@ -39,6 +40,7 @@ pub use chat::ChatTemplate;
 pub use config::{EngineConfig, Speculative, DEFAULT_HOST_CACHE_MIB};
 pub use engine::Engine;
 pub use error::EngineError;
+pub use logit_adjust::LogitAdjust;
 pub use queue::{PushError, WaitQueue};
 pub use runtime::{BatchToken, Executor, RuntimeError, Tokenizer};
 pub use stats::{EngineStats, STALL_AFTER};
@@ -47,7 +49,7 @@ pub use text_stream::{TextPiece, TextStream};
 // The request, event and statistics types are the backend seam's; callers of the engine
 // alone (the CLI, benchmarks, tests) find them here too.
 pub use rillm_backend::{
-    Backend, ChatMessage, Completion, Constraint, ConstraintSnapshot, FinishReason, GenerateRequest, Health,
+    Backend, ChatMessage, Completion, Constraint, ConstraintSnapshot, FinishReason, GenerateRequest, Health, Penalties,
     PrefixCacheSnapshot, Prompt, Rejected, RequestStream, SamplingParams, ServerTimings, StatsSnapshot, StreamEvent,
     TokenId, TokenLogprob, TopLogprob, Usage,
 };

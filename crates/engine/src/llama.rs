@@ -22,6 +22,7 @@ use crate::error::EngineError;
 use crate::llama_context::{backend, slot_context_params};
 use crate::llama_draft::DraftContext;
 use crate::log_softmax::log_softmax_at;
+use crate::logit_adjust::LogitAdjust;
 use crate::runtime::{BatchToken, DraftWant, Executor, RuntimeError, TokenId, Tokenizer};
 use rillm_backend::SamplingParams;
 use toktrie::{SimpleVob, TokEnv, TokTrie, TokenizerEnv};
@@ -200,49 +201,46 @@ impl<'m> LlamaExecutor<'m> {
         self.draft = Some(draft);
         self
     }
+}
 
-    fn argmax(&self, batch_index: usize, ban_eog: bool) -> TokenId {
-        let logits = self.ctx.get_logits_ith(batch_index as i32);
-        let mut best = (0usize, f32::NEG_INFINITY);
-        for (i, &l) in logits.iter().enumerate() {
-            if l > best.1 && !(ban_eog && self.model.eog_tokens.contains(&(i as TokenId))) {
-                best = (i, l);
+/// The most likely token of `logits` that `mask` allows (all where there is none) and is
+/// not `banned`.
+fn argmax(logits: &[f32], mask: Option<&SimpleVob>, banned: &[TokenId]) -> TokenId {
+    let mut best = (None, f32::NEG_INFINITY);
+    let consider = |i: usize| {
+        if let Some(&l) = logits.get(i) {
+            if (best.0.is_none() || l > best.1) && !banned.contains(&(i as TokenId)) {
+                best = (Some(i), l);
             }
         }
-        best.0 as TokenId
+    };
+    match mask {
+        Some(mask) => mask.iter_set_entries(consider),
+        None => (0..logits.len()).for_each(consider),
     }
+    best.0.unwrap_or(0) as TokenId
+}
 
-    /// The most likely token the mask allows.
-    fn masked_argmax(&self, batch_index: usize, mask: &SimpleVob) -> TokenId {
-        let logits = self.ctx.get_logits_ith(batch_index as i32);
-        let mut best = (None, f32::NEG_INFINITY);
-        mask.iter_set_entries(|i| {
-            if let Some(&l) = logits.get(i) {
-                if best.0.is_none() || l > best.1 {
-                    best = (Some(i), l);
-                }
-            }
-        });
-        best.0.unwrap_or(0) as TokenId
+/// Runs the sampler chain over the tokens the mask allows (all where there is none): the
+/// candidates array holds just those, so top-k, top-p, min-p and temperature apply within
+/// the constraint.
+fn chain_sample(chain: &mut LlamaSampler, logits: &[f32], mask: Option<&SimpleVob>) -> TokenId {
+    let mut candidates = Vec::with_capacity(mask.map_or(logits.len(), |m| m.num_set().min(logits.len())));
+    let push = |i: usize| {
+        if let Some(&l) = logits.get(i) {
+            candidates.push(LlamaTokenData::new(LlamaToken(i as i32), l, 0.0));
+        }
+    };
+    match mask {
+        Some(mask) => mask.iter_set_entries(push),
+        None => (0..logits.len()).for_each(push),
     }
-
-    /// Runs the sampler chain over the tokens the mask allows only: the candidates array
-    /// holds just those, so top-k, top-p and temperature apply within the constraint.
-    fn masked_sample(&self, chain: &mut LlamaSampler, batch_index: usize, mask: &SimpleVob) -> TokenId {
-        let logits = self.ctx.get_logits_ith(batch_index as i32);
-        let mut allowed = Vec::with_capacity(mask.num_set().min(logits.len()));
-        mask.iter_set_entries(|i| {
-            if let Some(&l) = logits.get(i) {
-                allowed.push(LlamaTokenData::new(LlamaToken(i as i32), l, 0.0));
-            }
-        });
-        let first = allowed.first().map_or(0, |t| t.id().0);
-        let mut candidates = LlamaTokenDataArray::new(allowed, false);
-        chain.apply(&mut candidates);
-        let token = candidates.selected_token().map_or(first, |t| t.0);
-        chain.accept(LlamaToken(token));
-        token as TokenId
-    }
+    let first = candidates.first().map_or(0, |t| t.id().0);
+    let mut candidates = LlamaTokenDataArray::new(candidates, false);
+    chain.apply(&mut candidates);
+    let token = candidates.selected_token().map_or(first, |t| t.0);
+    chain.accept(LlamaToken(token));
+    token as TokenId
 }
 
 /// What the widening probe found, per model file and thread count, for this process.
@@ -354,6 +352,10 @@ impl Executor for LlamaExecutor<'_> {
                 chain.push(LlamaSampler::top_p(sampling.top_p, 1));
             }
             chain.push(LlamaSampler::temp(sampling.temperature));
+            // After temperature, as vLLM applies it: relative to the tempered distribution.
+            if sampling.min_p > 0.0 {
+                chain.push(LlamaSampler::min_p(sampling.min_p, 1));
+            }
             let seed = sampling.seed.unwrap_or_else(rand::random) as u32;
             chain.push(LlamaSampler::dist(seed));
             SequenceSampler::Chain(LlamaSampler::chain_simple(chain))
@@ -361,14 +363,37 @@ impl Executor for LlamaExecutor<'_> {
         self.samplers[seq] = Some(sampler);
     }
 
-    fn sample(&mut self, seq: usize, batch_index: usize, mask: Option<&SimpleVob>) -> TokenId {
+    fn sample(
+        &mut self,
+        seq: usize,
+        batch_index: usize,
+        mask: Option<&SimpleVob>,
+        adjust: Option<&LogitAdjust>,
+    ) -> TokenId {
         let mut sampler = self.samplers[seq].take();
+        let row = self.ctx.get_logits_ith(batch_index as i32);
+        // A bias or penalty works on a copy of the row: the model's stays raw for logprobs.
+        let adjusted;
+        let logits = match adjust {
+            Some(adjust) => {
+                adjusted = {
+                    let mut copy = row.to_vec();
+                    adjust.apply(&mut copy);
+                    copy
+                };
+                adjusted.as_slice()
+            }
+            None => row,
+        };
         let token = match (sampler.as_mut(), mask) {
-            (Some(SequenceSampler::Chain(chain)), Some(mask)) => self.masked_sample(chain, batch_index, mask),
-            (Some(SequenceSampler::Chain(chain)), None) => chain.sample(&self.ctx, batch_index as i32).0 as TokenId,
-            (_, Some(mask)) => self.masked_argmax(batch_index, mask),
-            (Some(SequenceSampler::Greedy { ban_eog }), None) => self.argmax(batch_index, *ban_eog),
-            (None, None) => self.argmax(batch_index, false),
+            // llama.cpp builds the candidates from its own row: nothing to add to it.
+            (Some(SequenceSampler::Chain(chain)), None) if adjust.is_none() => {
+                chain.sample(&self.ctx, batch_index as i32).0 as TokenId
+            }
+            (Some(SequenceSampler::Chain(chain)), mask) => chain_sample(chain, logits, mask),
+            // A constraint's mask allows end of generation only where the output may end.
+            (Some(SequenceSampler::Greedy { ban_eog: true }), None) => argmax(logits, None, &self.model.eog_tokens),
+            (_, mask) => argmax(logits, mask, &[]),
         };
         self.samplers[seq] = sampler;
         token

@@ -73,10 +73,16 @@ pub trait Executor {
     fn decode(&mut self, batch: &[BatchToken]) -> Result<(), RuntimeError>;
     /// Prepares `seq`'s sampler. Called once when a request gets the slot.
     fn start_sequence(&mut self, seq: usize, sampling: &SamplingParams, ban_eog: bool);
-    /// Samples from the output row of batch entry `batch_index` of the last decode; with a
-    /// `mask`, only among the tokens it allows (a constraint's), every sampler setting
-    /// applied within them.
-    fn sample(&mut self, seq: usize, batch_index: usize, mask: Option<&SimpleVob>) -> TokenId;
+    /// Samples from the output row of batch entry `batch_index` of the last decode, with
+    /// `adjust`'s bias and penalties added to it; with a `mask`, only among the tokens it
+    /// allows (a constraint's), every sampler setting applied within them.
+    fn sample(
+        &mut self,
+        seq: usize,
+        batch_index: usize,
+        mask: Option<&SimpleVob>,
+        adjust: Option<&crate::LogitAdjust>,
+    ) -> TokenId;
     /// The log-probability of `token` in the output row of batch entry `batch_index` of the
     /// last decode (log-softmax of the raw logits), and the `top` most likely tokens with
     /// theirs, most likely first. Only valid until the next decode.

@@ -7,6 +7,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
 
 use crate::constraint::{Advance, ConstraintCounters, SequenceConstraint};
+use crate::logit_adjust::LogitAdjust;
 use crate::runtime::{TokenId, Tokenizer};
 use crate::text_stream::{TextPiece, TextStream};
 use rillm_backend::{
@@ -121,6 +122,9 @@ pub(crate) struct Sequence {
     /// What the steps since its first token took (`scheduler::tpot_budget` keeps its mean
     /// time per output token within `--tpot-slo-ms` by this).
     pub decode_elapsed_ms: f64,
+    /// The request's logit bias and repetition penalties, with the output counts they
+    /// need (`None`: it asked for neither).
+    pub logit_adjust: Option<LogitAdjust>,
     token_bytes: Vec<u8>,
     admitted: Instant,
     first_token_at: Option<Instant>,
@@ -130,6 +134,7 @@ impl Sequence {
     /// `reused` prompt tokens are already in the slot's KV cache.
     pub fn new(request: PendingRequest, reused: u32) -> Self {
         let text = TextStream::new(&request.stop);
+        let logit_adjust = LogitAdjust::new(&request.sampling, &request.prompt);
         Self {
             request,
             cached: reused,
@@ -147,6 +152,7 @@ impl Sequence {
             acceptance: Default::default(),
             predicted: None,
             decode_elapsed_ms: 0.0,
+            logit_adjust,
             token_bytes: Vec::with_capacity(32),
             admitted: Instant::now(),
             first_token_at: None,
@@ -369,6 +375,9 @@ impl Sequence {
         self.generated += 1;
         self.last_token = Some(token);
         self.generated_ids.push(token);
+        if let Some(adjust) = self.logit_adjust.as_mut() {
+            adjust.observe(token);
+        }
         self.first_token_at.get_or_insert_with(Instant::now);
 
         let ignore_eos = self.request.ignore_eos && self.request.constraint.is_none();

@@ -1,52 +1,14 @@
 //! Engine behaviour on the real default model (SmolLM2-135M-Instruct Q4_1).
 
-use std::sync::{Mutex, MutexGuard};
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::{collect, engine, greedy, model_path, serial};
 use rillm_engine::{
     ChatMessage, Completion, Engine, EngineConfig, EngineError, FinishReason, GenerateRequest, Rejected, RequestStream,
     SamplingParams, StreamEvent,
 };
-
-/// Tests share two cores; running engines one at a time keeps each test's timing sane.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn model_path() -> std::path::PathBuf {
-    rillm_models::model_for_tests()
-}
-
-fn engine(max_running: usize, max_waiting: usize, ctx: u32) -> Engine {
-    let mut config = EngineConfig::new(model_path());
-    config.max_running = max_running;
-    config.max_waiting = max_waiting;
-    config.ctx_per_sequence = ctx;
-    Engine::start(config).expect("engine starts")
-}
-
-fn greedy(prompt: &str, max_tokens: u32) -> GenerateRequest {
-    GenerateRequest::text(prompt).with_max_tokens(max_tokens).with_sampling(SamplingParams::greedy())
-}
-
-/// Drains a stream: (text, token ids, final event).
-fn collect(mut stream: RequestStream) -> (String, Vec<u32>, Completion) {
-    let (mut text, mut ids) = (String::new(), Vec::new());
-    while let Some(event) = stream.blocking_next() {
-        match event {
-            StreamEvent::Text { text: t, token_ids, .. } => {
-                assert!(!t.is_empty(), "text events are never empty");
-                text.push_str(&t);
-                ids.extend(token_ids);
-            }
-            StreamEvent::Finished(done) => return (text, ids, done),
-            StreamEvent::Prompt(_) => panic!("no prompt scores were asked for"),
-        }
-    }
-    panic!("stream ended without a Finished event");
-}
 
 fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
@@ -247,7 +209,8 @@ fn seeded_sampling_is_reproducible_and_differs_across_seeds() {
     let _g = serial();
     let engine = engine(1, 2, 512);
     let sampled = |seed| {
-        let sampling = SamplingParams { temperature: 1.0, top_p: 0.95, top_k: 40, seed: Some(seed) };
+        let sampling =
+            SamplingParams { temperature: 1.0, top_p: 0.95, top_k: 40, seed: Some(seed), ..SamplingParams::default() };
         collect(engine.submit(greedy("My favourite animal is", 24).with_sampling(sampling)).unwrap()).0
     };
     assert_eq!(sampled(1), sampled(1));

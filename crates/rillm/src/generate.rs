@@ -36,8 +36,13 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let engine = Engine::start(args.model.engine_config(1, 1)?)?;
     let prompt =
         if args.chat { Prompt::chat(vec![ChatMessage::new("user", args.prompt)]) } else { Prompt::Text(args.prompt) };
-    let sampling =
-        SamplingParams { temperature: args.temperature, top_p: args.top_p, top_k: args.top_k, seed: args.seed };
+    let sampling = SamplingParams {
+        temperature: args.temperature,
+        top_p: args.top_p,
+        top_k: args.top_k,
+        seed: args.seed,
+        ..SamplingParams::default()
+    };
     let request =
         GenerateRequest::new(prompt).with_max_tokens(args.max_tokens).with_sampling(sampling).with_stop(args.stop);
     let start = Instant::now();

@@ -103,6 +103,7 @@ fn rejection_error(rejected: &Rejected, fields: &Fields) -> ApiError {
         Rejected::EmptyPrompt => ApiError::invalid(prompt_param, message).with_code("empty_prompt"),
         Rejected::TooManyChoices { .. } => ApiError::invalid("n", message),
         Rejected::InvalidRequest(_) => ApiError::invalid(prompt_param, message),
+        Rejected::InvalidField { param, .. } => ApiError::invalid(*param, message),
         Rejected::InvalidConstraint(_) => {
             ApiError::invalid(fields.constraint.clone().unwrap_or_else(|| "response_format".into()), message)
                 .with_code("invalid_constraint")
@@ -119,6 +120,7 @@ fn rejection_reason(rejected: &Rejected) -> &'static str {
         Rejected::ContextOverflow { .. } => "context_overflow",
         Rejected::EmptyPrompt
         | Rejected::InvalidRequest(_)
+        | Rejected::InvalidField { .. }
         | Rejected::InvalidConstraint(_)
         | Rejected::TooManyChoices { .. } => "invalid",
         Rejected::ShuttingDown | Rejected::EngineFailed(_) => "unavailable",

@@ -15,6 +15,7 @@ pub mod metrics;
 mod observe;
 mod openai;
 mod routes;
+mod sampling;
 mod shutdown;
 mod sse;
 mod state;

@@ -3,13 +3,14 @@
 use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use rillm_backend::{GenerateRequest, Prompt, SamplingParams, Usage};
+use rillm_backend::{GenerateRequest, Prompt, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::admission::Admitted;
 use crate::error::ApiError;
 pub use crate::finish::openai_finish_reason;
+pub use crate::sampling::SamplingFields;
 use crate::sse::{collect, json_event, sse_response, Collected, StreamFormat};
 use crate::state::AppState;
 
@@ -32,16 +33,11 @@ pub struct GenerationParams {
     pub default_max_tokens: Option<u32>,
     /// `max_tokens` may be 0: the prompt is echoed with its scores and nothing generated.
     pub echo: bool,
-    pub temperature: Option<f64>,
+    pub sampling: SamplingFields,
     pub default_temperature: f32,
-    pub top_p: Option<f64>,
-    pub top_k: Option<i64>,
-    pub seed: Option<i64>,
     pub n: Option<i64>,
     pub stop: Option<StopInput>,
     pub ignore_eos: Option<bool>,
-    pub presence_penalty: Option<f64>,
-    pub frequency_penalty: Option<f64>,
 }
 
 impl GenerationParams {
@@ -59,41 +55,12 @@ impl GenerationParams {
                 ApiError::invalid(self.max_tokens_param, format!("`{}` is too large", self.max_tokens_param))
             })?),
         };
-        let temperature = match self.temperature {
-            None => self.default_temperature,
-            Some(t) if t.is_finite() && (0.0..=2.0).contains(&t) => t as f32,
-            Some(t) => {
-                return Err(ApiError::invalid("temperature", format!("`temperature` must be between 0 and 2, got {t}")))
-            }
-        };
-        let top_p = match self.top_p {
-            None => 1.0,
-            Some(p) if p > 0.0 && p <= 1.0 => p as f32,
-            Some(p) => return Err(ApiError::invalid("top_p", format!("`top_p` must be in (0, 1], got {p}"))),
-        };
-        let top_k = match self.top_k {
-            None | Some(-1) | Some(0) => 0,
-            Some(k) if k > 0 => u32::try_from(k).unwrap_or(u32::MAX),
-            Some(k) => {
-                return Err(ApiError::invalid(
-                    "top_k",
-                    format!("`top_k` must be -1, 0 (disabled) or positive, got {k}"),
-                ))
-            }
-        };
         // The upper bound is the engine's (`--max-running`): it answers a 400 naming `n`.
         let n = match self.n {
             None => 1,
             Some(n) if n >= 1 => u32::try_from(n).unwrap_or(u32::MAX),
             Some(n) => return Err(ApiError::invalid("n", format!("`n` must be at least 1, got {n}"))),
         };
-        for (name, value) in
-            [("presence_penalty", self.presence_penalty), ("frequency_penalty", self.frequency_penalty)]
-        {
-            if value.is_some_and(|v| v != 0.0) {
-                return Err(ApiError::invalid(name, format!("`{name}` is not supported; leave it unset or 0")));
-            }
-        }
         let stop = match self.stop {
             None => Vec::new(),
             Some(StopInput::One(s)) => vec![s],
@@ -105,7 +72,7 @@ impl GenerationParams {
             }
             Some(StopInput::Many(list)) => list,
         };
-        let sampling = SamplingParams { temperature, top_p, top_k, seed: self.seed.map(|s| s as u64) };
+        let sampling = self.sampling.into_params(self.default_temperature)?;
         let mut request = GenerateRequest::new(prompt).with_sampling(sampling).with_stop(stop);
         request.max_tokens = max_tokens;
         request.ignore_eos = self.ignore_eos.unwrap_or(false);

@@ -70,7 +70,16 @@ fn cases() -> Vec<Case> {
             400,
             Some("stream_options"),
         ),
-        case("/v1/completions", json!({"prompt": "Hi", "presence_penalty": 1.0}), 400, Some("presence_penalty")),
+        case("/v1/completions", json!({"prompt": "Hi", "presence_penalty": 2.5}), 400, Some("presence_penalty")),
+        case("/v1/chat/completions", json!({"messages": msg, "frequency_penalty": -3}), 400, Some("frequency_penalty")),
+        case("/generate", json!({"prompt": "Hi", "repetition_penalty": 0}), 400, Some("repetition_penalty")),
+        case("/v1/completions", json!({"prompt": "Hi", "min_p": 1.5}), 400, Some("min_p")),
+        case("/v1/chat/completions", json!({"messages": msg, "logit_bias": {"cat": 5}}), 400, Some("logit_bias")),
+        case("/v1/completions", json!({"prompt": "Hi", "logit_bias": {"42": 150}}), 400, Some("logit_bias")),
+        // Only the engine knows the vocabulary: refused before any work, naming the field.
+        case("/v1/chat/completions", json!({"messages": msg, "logit_bias": {"999999": 1}}), 400, Some("logit_bias")),
+        case("/generate", json!({"prompt": "Hi", "temperature": "hot"}), 400, Some("temperature")),
+        case("/v1/chat/completions", json!({"messages": msg, "seed": "7"}), 400, Some("seed")),
         case("/v1/chat/completions", json!({"messages": []}), 400, Some("messages")),
         case("/v1/chat/completions", json!({"messages": "Hi"}), 400, Some("messages")),
         case(

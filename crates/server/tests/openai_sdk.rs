@@ -1,9 +1,9 @@
 //! The official `openai` Python SDK against a real server on loopback: the calls its users
 //! make (`chat.completions.parse()` with a pydantic model, streamed `json_schema`, chat and
-//! completions `logprobs`, prompt scoring and `n`, tool loops; an Agents SDK agent), from
-//! `tests/sdk/`. `scripts/test` installs the SDK into its venv and names the interpreter in
-//! `RILLM_TEST_PYTHON`; without the SDK the test says it skipped, unless
-//! `RILLM_REQUIRE_SDK` is set (CI), when it fails.
+//! completions `logprobs`, prompt scoring and `n`, logit bias and penalties, tool loops; an
+//! Agents SDK agent), from `tests/sdk/`. `scripts/test` installs the SDK into its venv and
+//! names the interpreter in `RILLM_TEST_PYTHON`; without the SDK the test says it skipped,
+//! unless `RILLM_REQUIRE_SDK` is set (CI), when it fails.
 
 mod support;
 
@@ -37,4 +37,9 @@ async fn logprobs_through_the_openai_sdk() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_calls_through_the_openai_sdk_and_the_agents_sdk() {
     run_script("tools.py").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sampling_parameters_through_the_openai_sdk() {
+    run_script("sampling.py").await;
 }

@@ -7,13 +7,15 @@
 use rillm_backend::{FinishReason, TokenLogprob, TopLogprob};
 
 use crate::constraint::ConstraintCounters;
+use crate::logit_adjust::LogitAdjust;
 use crate::runtime::{Executor, TokenId, Tokenizer};
 use crate::sequence::Sequence;
 
 /// The step's logits, as one sequence's sampler sees them.
 pub(crate) trait Logits {
-    /// Samples from `row` with the sequence's own sampler, only among `mask`'s tokens.
-    fn sample(&mut self, row: usize, mask: Option<&toktrie::SimpleVob>) -> TokenId;
+    /// Samples from `row` with the sequence's own sampler and logit adjustments, only
+    /// among `mask`'s tokens.
+    fn sample(&mut self, row: usize, mask: Option<&toktrie::SimpleVob>, adjust: Option<&LogitAdjust>) -> TokenId;
     /// `token`'s log-probability at `row` and the `top` most likely tokens'.
     fn logprobs(&self, row: usize, token: TokenId, top: usize) -> (f32, Vec<(TokenId, f32)>);
 }
@@ -25,8 +27,8 @@ pub(crate) struct SlotLogits<'a, E> {
 }
 
 impl<E: Executor> Logits for SlotLogits<'_, E> {
-    fn sample(&mut self, row: usize, mask: Option<&toktrie::SimpleVob>) -> TokenId {
-        self.executor.sample(self.slot, row, mask)
+    fn sample(&mut self, row: usize, mask: Option<&toktrie::SimpleVob>, adjust: Option<&LogitAdjust>) -> TokenId {
+        self.executor.sample(self.slot, row, mask, adjust)
     }
 
     fn logprobs(&self, row: usize, token: TokenId, top: usize) -> (f32, Vec<(TokenId, f32)>) {
@@ -67,7 +69,7 @@ fn sample_and_accept(
     ctx: &DecodeContext,
 ) -> Result<(TokenId, Option<FinishReason>), String> {
     let mask = seq.constraint_mask()?;
-    let token = logits.sample(row, mask.as_ref());
+    let token = logits.sample(row, mask.as_ref(), seq.logit_adjust.as_ref());
     if let Some(top) = seq.request.logprobs {
         let (logprob, top) = logits.logprobs(row, token, top as usize);
         seq.note_logprob(token_logprob(ctx.tokenizer, token, logprob, top));

@@ -13,7 +13,7 @@ use crate::admission::admit;
 use crate::error::ApiError;
 use crate::json::JsonBody;
 use crate::openai::{
-    openai_finish_reason, respond, usage_json, GenerationParams, ResponseMeta, StopInput, StreamOptions,
+    openai_finish_reason, respond, usage_json, GenerationParams, ResponseMeta, SamplingFields, StopInput, StreamOptions,
 };
 use crate::sse::{json_event, CollectedChoice, StreamFormat};
 use crate::state::AppState;
@@ -28,18 +28,12 @@ pub struct ChatBody {
     messages: Vec<MessageInput>,
     max_tokens: Option<i64>,
     max_completion_tokens: Option<i64>,
-    temperature: Option<f64>,
-    top_p: Option<f64>,
-    top_k: Option<i64>,
-    seed: Option<i64>,
     n: Option<i64>,
     stop: Option<StopInput>,
     #[serde(default)]
     stream: bool,
     stream_options: Option<StreamOptions>,
     ignore_eos: Option<bool>,
-    presence_penalty: Option<f64>,
-    frequency_penalty: Option<f64>,
     #[serde(default)]
     logprobs: bool,
     top_logprobs: Option<i64>,
@@ -49,6 +43,9 @@ pub struct ChatBody {
     /// The deprecated spellings of `tools` and `tool_choice`: refused by name.
     functions: Option<Value>,
     function_call: Option<Value>,
+    /// temperature, top_p, top_k, min_p, seed, the penalties and logit_bias.
+    #[serde(flatten)]
+    sampling: SamplingFields,
     #[serde(flatten)]
     constraints: ConstraintFields,
     /// Everything else the client sent: refused by name unless it changes nothing.
@@ -172,16 +169,11 @@ pub async fn chat_completions(
         // Unset means "until end of turn or the context is full", as in vLLM.
         default_max_tokens: None,
         echo: false,
-        temperature: body.temperature,
+        sampling: body.sampling,
         default_temperature: 1.0,
-        top_p: body.top_p,
-        top_k: body.top_k,
-        seed: body.seed,
         n: body.n,
         stop: body.stop,
         ignore_eos: body.ignore_eos,
-        presence_penalty: body.presence_penalty,
-        frequency_penalty: body.frequency_penalty,
     }
     .into_request(prompt)?;
     request.logprobs = logprobs;

@@ -14,7 +14,8 @@ use crate::error::ApiError;
 use crate::json::JsonBody;
 use crate::logprobs::{prompt_text, CompletionLogprobs};
 use crate::openai::{
-    openai_finish_reason, reject_if, respond, usage_json, GenerationParams, ResponseMeta, StopInput, StreamOptions,
+    openai_finish_reason, reject_if, respond, usage_json, GenerationParams, ResponseMeta, SamplingFields, StopInput,
+    StreamOptions,
 };
 use crate::sse::{json_event, StreamFormat};
 use crate::state::AppState;
@@ -69,22 +70,19 @@ pub struct CompletionBody {
     model: Option<String>,
     prompt: PromptInput,
     max_tokens: Option<i64>,
-    temperature: Option<f64>,
-    top_p: Option<f64>,
-    top_k: Option<i64>,
-    seed: Option<i64>,
     n: Option<i64>,
     stop: Option<StopInput>,
     #[serde(default)]
     stream: bool,
     stream_options: Option<StreamOptions>,
     ignore_eos: Option<bool>,
-    presence_penalty: Option<f64>,
-    frequency_penalty: Option<f64>,
     logprobs: Option<Value>,
     #[serde(default)]
     echo: bool,
     best_of: Option<i64>,
+    /// temperature, top_p, top_k, min_p, seed, the penalties and logit_bias.
+    #[serde(flatten)]
+    sampling: SamplingFields,
     #[serde(flatten)]
     constraints: ConstraintFields,
     /// Everything else the client sent: refused by name unless it changes nothing.
@@ -119,16 +117,11 @@ pub async fn completions(
         max_tokens_param: "max_tokens",
         default_max_tokens: Some(DEFAULT_MAX_TOKENS),
         echo: body.echo,
-        temperature: body.temperature,
+        sampling: body.sampling,
         default_temperature: 1.0,
-        top_p: body.top_p,
-        top_k: body.top_k,
-        seed: body.seed,
         n: body.n,
         stop: body.stop,
         ignore_eos: body.ignore_eos,
-        presence_penalty: body.presence_penalty,
-        frequency_penalty: body.frequency_penalty,
     }
     .into_request(prompt)?;
     request.logprobs = logprobs;

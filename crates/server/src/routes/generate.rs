@@ -15,7 +15,7 @@ use serde_json::json;
 use crate::admission::admit;
 use crate::error::ApiError;
 use crate::json::JsonBody;
-use crate::openai::{usage_json, GenerationParams, StopInput};
+use crate::openai::{usage_json, GenerationParams, SamplingFields, StopInput};
 use crate::sse::{json_event, sse_response, StreamFormat};
 use crate::state::AppState;
 use crate::structured::{constrain, ConstraintFields};
@@ -33,10 +33,6 @@ pub struct GenerateBody {
     parallel_tool_calls: Option<serde_json::Value>,
     max_tokens: Option<i64>,
     max_new_tokens: Option<i64>,
-    temperature: Option<f64>,
-    top_p: Option<f64>,
-    top_k: Option<i64>,
-    seed: Option<i64>,
     stop: Option<StopInput>,
     /// Wrap the prompt as one user message and apply the model's chat template.
     #[serde(default)]
@@ -44,6 +40,9 @@ pub struct GenerateBody {
     ignore_eos: Option<bool>,
     /// Each token's log-probability with this many alternatives (0 to 20).
     logprobs: Option<i64>,
+    /// temperature, top_p, top_k, min_p, seed, the penalties and logit_bias.
+    #[serde(flatten)]
+    sampling: SamplingFields,
     /// The same constraint fields as the OpenAI endpoints.
     #[serde(flatten)]
     constraints: ConstraintFields,
@@ -87,12 +86,9 @@ pub async fn generate(
         max_tokens,
         max_tokens_param,
         default_max_tokens: Some(DEFAULT_MAX_TOKENS),
-        temperature: body.temperature,
+        sampling: body.sampling,
         // Greedy unless asked: the same prompt gives the same answer, as in the prototype.
         default_temperature: 0.0,
-        top_p: body.top_p,
-        top_k: body.top_k,
-        seed: body.seed,
         stop: body.stop,
         ignore_eos: body.ignore_eos,
         ..GenerationParams::default()

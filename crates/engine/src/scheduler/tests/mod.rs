@@ -102,7 +102,13 @@ impl Executor for RecordingExecutor {
         Ok(())
     }
     fn start_sequence(&mut self, _seq: usize, _sampling: &SamplingParams, _ban_eog: bool) {}
-    fn sample(&mut self, _seq: usize, batch_index: usize, mask: Option<&toktrie::SimpleVob>) -> TokenId {
+    fn sample(
+        &mut self,
+        _seq: usize,
+        batch_index: usize,
+        mask: Option<&toktrie::SimpleVob>,
+        _adjust: Option<&crate::LogitAdjust>,
+    ) -> TokenId {
         if let Some((rng, weights)) = self.random.as_mut() {
             let mut draw = rand::Rng::gen::<f64>(rng) * weights.iter().map(|w| w.1).sum::<f64>();
             for &(byte, weight) in weights.iter() {

@@ -1,0 +1,136 @@
+//! A sequence's logit bias and repetition penalties (`SamplingParams::logit_bias`,
+//! `Penalties`): what its sampler adds to the model's logits before it picks a token,
+//! greedy or not, in vLLM's order and formulas (bias, then repetition, frequency and
+//! presence). The penalties depend on the tokens produced so far, so the sequence keeps the
+//! counts and every row it samples reads them: a draft's row sees the drafts kept before
+//! it, exactly as plain decoding would have.
+
+use std::collections::{HashMap, HashSet};
+
+use rillm_backend::{Penalties, SamplingParams};
+
+use crate::runtime::TokenId;
+
+#[derive(Debug, Clone)]
+pub struct LogitAdjust {
+    bias: Vec<(TokenId, f32)>,
+    penalties: Penalties,
+    /// How often each token is in the output so far (kept only under a penalty).
+    output_counts: HashMap<TokenId, u32>,
+    /// The prompt's tokens, which the repetition penalty counts too (as vLLM does); empty
+    /// without it.
+    prompt_tokens: HashSet<TokenId>,
+}
+
+impl LogitAdjust {
+    /// `None` when the request asks for nothing that changes the logits: its sampler then
+    /// reads the model's row in place.
+    pub(crate) fn new(sampling: &SamplingParams, prompt: &[TokenId]) -> Option<Self> {
+        if sampling.logit_bias.is_empty() && sampling.penalties.is_neutral() {
+            return None;
+        }
+        let prompt_tokens =
+            if sampling.penalties.repetition != 1.0 { prompt.iter().copied().collect() } else { HashSet::new() };
+        Some(Self {
+            bias: sampling.logit_bias.clone(),
+            penalties: sampling.penalties,
+            output_counts: HashMap::new(),
+            prompt_tokens,
+        })
+    }
+
+    /// A token of the output, sampled or forced.
+    pub(crate) fn observe(&mut self, token: TokenId) {
+        if !self.penalties.is_neutral() {
+            *self.output_counts.entry(token).or_default() += 1;
+        }
+    }
+
+    /// Adds the bias and penalties to `logits`, one entry per token of the vocabulary.
+    pub fn apply(&self, logits: &mut [f32]) {
+        for &(token, bias) in &self.bias {
+            if let Some(l) = logits.get_mut(token as usize) {
+                *l += bias;
+            }
+        }
+        let Penalties { presence, frequency, repetition } = self.penalties;
+        let repeat = |l: &mut f32| *l = if *l > 0.0 { *l / repetition } else { *l * repetition };
+        if repetition != 1.0 {
+            for &token in &self.prompt_tokens {
+                if let Some(l) = logits.get_mut(token as usize) {
+                    repeat(l);
+                }
+            }
+        }
+        for (&token, &count) in &self.output_counts {
+            let Some(l) = logits.get_mut(token as usize) else { continue };
+            if repetition != 1.0 && !self.prompt_tokens.contains(&token) {
+                repeat(l);
+            }
+            *l -= frequency * count as f32 + presence;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn adjust(bias: Vec<(TokenId, f32)>, presence: f32, frequency: f32, repetition: f32) -> Option<LogitAdjust> {
+        let sampling = SamplingParams {
+            logit_bias: bias,
+            penalties: Penalties { presence, frequency, repetition },
+            ..Default::default()
+        };
+        LogitAdjust::new(&sampling, &[1, 2, 2])
+    }
+
+    #[test]
+    fn nothing_asked_nothing_to_adjust() {
+        assert!(adjust(Vec::new(), 0.0, 0.0, 1.0).is_none());
+        assert!(adjust(vec![(0, 1.0)], 0.0, 0.0, 1.0).is_some());
+        assert!(adjust(Vec::new(), 0.5, 0.0, 1.0).is_some());
+    }
+
+    #[test]
+    fn bias_is_added_and_ids_past_the_row_are_skipped() {
+        let a = adjust(vec![(0, 2.5), (3, -100.0), (99, 5.0)], 0.0, 0.0, 1.0).expect("bias");
+        let mut logits = [1.0, 1.0, 1.0, 1.0];
+        a.apply(&mut logits);
+        assert_eq!(logits, [3.5, 1.0, 1.0, -99.0]);
+    }
+
+    #[test]
+    fn frequency_and_presence_count_the_output_only() {
+        let mut a = adjust(Vec::new(), 0.5, 0.25, 1.0).expect("penalties");
+        for t in [3, 3, 3, 0] {
+            a.observe(t);
+        }
+        let mut logits = [1.0; 4];
+        a.apply(&mut logits);
+        // Token 3 came three times, token 0 once; the prompt's 1 and 2 are not penalised.
+        assert_eq!(logits, [1.0 - 0.25 - 0.5, 1.0, 1.0, 1.0 - 0.75 - 0.5]);
+    }
+
+    #[test]
+    fn repetition_scales_prompt_and_output_tokens_once_each() {
+        let mut a = adjust(Vec::new(), 0.0, 0.0, 2.0).expect("penalty");
+        // 2 is in the prompt and the output: divided once, not twice.
+        for t in [2, 3, 3] {
+            a.observe(t);
+        }
+        let mut logits = [4.0, 4.0, 4.0, -4.0, 4.0];
+        a.apply(&mut logits);
+        assert_eq!(logits, [4.0, 2.0, 2.0, -8.0, 4.0]);
+    }
+
+    #[test]
+    fn bias_comes_before_the_penalties() {
+        let mut a = adjust(vec![(3, 2.0)], 0.0, 0.0, 2.0).expect("both");
+        a.observe(3);
+        let mut logits = [0.0, 0.0, 0.0, -1.0];
+        a.apply(&mut logits);
+        // (-1 + 2) / 2, as vLLM applies the bias first.
+        assert_eq!(logits[3], 0.5);
+    }
+}
