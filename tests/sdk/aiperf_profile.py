@@ -82,7 +82,8 @@ def main() -> None:
             "--request-count", str(REQUESTS), "--concurrency", "2",
             "--synthetic-input-tokens-mean", str(INPUT_TOKENS), "--synthetic-input-tokens-stddev", "0",
             "--output-tokens-mean", str(OUTPUT_TOKENS), "--output-tokens-stddev", "0",
-            "--extra-inputs", "ignore_eos:true",
+            # AIPerf's recipe for fixed output lengths: vLLM's min_tokens beside ignore_eos.
+            "--extra-inputs", "ignore_eos:true", "--extra-inputs", f"min_tokens:{OUTPUT_TOKENS}",
             "--use-server-token-count", "--per-chunk-usage",
             "--random-seed", "1", "--ui-type", "none", "--artifact-dir", str(artifacts),
         ]

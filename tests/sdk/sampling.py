@@ -1,6 +1,7 @@
-"""Logit bias, presence/frequency/repetition penalties and min-p through the official
-`openai` SDK: its own parameters (`logit_bias`, `presence_penalty`, `frequency_penalty`)
-and vLLM's in `extra_body` (`repetition_penalty`, `min_p`), each changing the output.
+"""Logit bias, presence/frequency/repetition penalties, min-p and min-tokens through the
+official `openai` SDK: its own parameters (`logit_bias`, `presence_penalty`,
+`frequency_penalty`) and vLLM's in `extra_body` (`repetition_penalty`, `min_p`,
+`min_tokens`), each changing the output.
 
 Run by crates/server/tests/openai_sdk.rs against a real `rillm serve` on loopback:
     python3 tests/sdk/sampling.py http://127.0.0.1:PORT
@@ -75,6 +76,19 @@ def main(base: str) -> None:
     greedy = story(temperature=0, max_tokens=24)
     assert story(**hot, extra_body={"min_p": 1.0}) == greedy
     assert story(**hot) != greedy
+
+    # vLLM's min_tokens (AIPerf's `--extra-inputs min_tokens:N` for fixed output lengths).
+    short = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Say hi."}])
+    assert short.choices[0].finish_reason == "stop", short
+    natural = short.usage.completion_tokens
+    longer = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "Say hi."}],
+        max_tokens=natural + 40,
+        extra_body={"min_tokens": natural + 20},
+    )
+    assert longer.usage.completion_tokens >= natural + 20, (natural, longer.usage)
+    print("min_tokens:", natural, "->", longer.usage.completion_tokens)
 
     try:
         client.chat.completions.create(model=model, messages=messages, presence_penalty=3)

@@ -194,6 +194,12 @@ pub struct GenerateRequest {
     pub max_tokens: Option<u32>,
     /// Generation stops before the first occurrence of any of these; it is never streamed.
     pub stop: Vec<String>,
+    /// Generation stops at any of these tokens (vLLM's `stop_token_ids`), which is counted
+    /// but not streamed, as an end-of-generation token.
+    pub stop_token_ids: Vec<TokenId>,
+    /// Tokens generated before anything may end the output (vLLM's `min_tokens`): until
+    /// then end-of-generation and stop tokens are not sampled and stop strings not looked for.
+    pub min_tokens: u32,
     /// Keep generating past end-of-generation tokens (benchmarks want fixed lengths).
     /// Ignored under a `constraint`: the grammar decides when the output may end.
     pub ignore_eos: bool,
@@ -219,6 +225,8 @@ impl GenerateRequest {
             sampling: SamplingParams::default(),
             max_tokens: None,
             stop: Vec::new(),
+            stop_token_ids: Vec::new(),
+            min_tokens: 0,
             ignore_eos: false,
             constraint: None,
             logprobs: None,

@@ -11,7 +11,7 @@ use crate::error::EngineError;
 use crate::llama::{grammar_tok_env, load_model, load_weights, LlamaExecutor};
 use crate::llama_draft::DraftContext;
 use crate::queue::{PushError, WaitQueue};
-use crate::runtime::Tokenizer;
+use crate::runtime::{TokenId, Tokenizer};
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::sequence::PendingRequest;
 use crate::stats::EngineStats;
@@ -153,7 +153,10 @@ impl Engine {
         if request.n == 0 || request.n as usize > max_running {
             return Err(Rejected::TooManyChoices { n: request.n, max: max_running as u32 });
         }
-        check_logit_bias(&request.sampling.logit_bias, inner.tokenizer.vocab_size())?;
+        let vocab = inner.tokenizer.vocab_size();
+        let logit_bias: Vec<TokenId> = request.sampling.logit_bias.iter().map(|b| b.0).collect();
+        check_field_tokens("logit_bias", &logit_bias, vocab)?;
+        check_field_tokens("stop_token_ids", &request.stop_token_ids, vocab)?;
         let prompt = self.tokenize_prompt(&request.prompt)?;
         if prompt.is_empty() {
             return Err(Rejected::EmptyPrompt);
@@ -209,6 +212,8 @@ impl Engine {
             max_tokens: max_tokens as u32,
             sampling: request.sampling,
             stop: request.stop,
+            stop_token_ids: request.stop_token_ids,
+            min_tokens: request.min_tokens,
             ignore_eos: request.ignore_eos,
             constraint,
             logprobs: request.logprobs,
@@ -332,13 +337,13 @@ fn check_vocabulary(tokens: &[u32], vocab: u32) -> Result<(), Rejected> {
     }
 }
 
-/// `logit_bias` names tokens by id: each must be in the vocabulary (llama.cpp would read
-/// past its logits).
-fn check_logit_bias(bias: &[(u32, f32)], vocab: u32) -> Result<(), Rejected> {
-    match bias.iter().find(|(t, _)| *t >= vocab) {
-        Some((bad, _)) => Err(Rejected::InvalidField {
-            param: "logit_bias",
-            message: format!("`logit_bias` names token {bad}, outside the vocabulary of {vocab} tokens"),
+/// `logit_bias` and `stop_token_ids` name tokens by id: each must be in the vocabulary
+/// (llama.cpp would read past its logits).
+fn check_field_tokens(param: &'static str, tokens: &[TokenId], vocab: u32) -> Result<(), Rejected> {
+    match tokens.iter().find(|&&t| t >= vocab) {
+        Some(bad) => Err(Rejected::InvalidField {
+            param,
+            message: format!("`{param}` names token {bad}, outside the vocabulary of {vocab} tokens"),
         }),
         None => Ok(()),
     }

@@ -226,14 +226,19 @@ fn argmax(logits: &[f32], mask: Option<&SimpleVob>, banned: &[TokenId]) -> Token
 /// the constraint.
 fn chain_sample(chain: &mut LlamaSampler, logits: &[f32], mask: Option<&SimpleVob>) -> TokenId {
     let mut candidates = Vec::with_capacity(mask.map_or(logits.len(), |m| m.num_set().min(logits.len())));
+    // A banned token (`LogitAdjust`'s -inf) is no candidate: a softmax over it alone is NaN.
     let push = |i: usize| {
-        if let Some(&l) = logits.get(i) {
+        if let Some(&l) = logits.get(i).filter(|l| **l > f32::NEG_INFINITY) {
             candidates.push(LlamaTokenData::new(LlamaToken(i as i32), l, 0.0));
         }
     };
     match mask {
         Some(mask) => mask.iter_set_entries(push),
         None => (0..logits.len()).for_each(push),
+    }
+    if candidates.is_empty() {
+        // Everything allowed is banned (a complete grammar before `min_tokens`): its end.
+        return argmax(logits, mask, &[]);
     }
     let first = candidates.first().map_or(0, |t| t.id().0);
     let mut candidates = LlamaTokenDataArray::new(candidates, false);
@@ -378,7 +383,7 @@ impl Executor for LlamaExecutor<'_> {
             Some(adjust) => {
                 adjusted = {
                     let mut copy = row.to_vec();
-                    adjust.apply(&mut copy);
+                    adjust.apply(&mut copy, &self.model.eog_tokens);
                     copy
                 };
                 adjusted.as_slice()

@@ -1,15 +1,16 @@
-//! A sequence's logit bias and repetition penalties (`SamplingParams::logit_bias`,
-//! `Penalties`): what its sampler adds to the model's logits before it picks a token,
-//! greedy or not, in vLLM's order and formulas (bias, then repetition, frequency and
-//! presence). The penalties depend on the tokens produced so far, so the sequence keeps the
-//! counts and every row it samples reads them: a draft's row sees the drafts kept before
-//! it, exactly as plain decoding would have.
+//! What a request changes about the model's logits before its sampler picks a token,
+//! greedy or not: logit bias and repetition penalties (`SamplingParams::logit_bias`,
+//! `Penalties`) in vLLM's order and formulas (bias, then repetition, frequency and
+//! presence), and `min_tokens`' ban on ending tokens. They depend on the tokens produced so
+//! far, so the sequence keeps the counts and every row it samples reads them: a draft's row
+//! sees the drafts kept before it, exactly as plain decoding would have.
 
 use std::collections::{HashMap, HashSet};
 
-use rillm_backend::{Penalties, SamplingParams};
+use rillm_backend::Penalties;
 
 use crate::runtime::TokenId;
+use crate::sequence::PendingRequest;
 
 #[derive(Debug, Clone)]
 pub struct LogitAdjust {
@@ -20,15 +21,22 @@ pub struct LogitAdjust {
     /// The prompt's tokens, which the repetition penalty counts too (as vLLM does); empty
     /// without it.
     prompt_tokens: HashSet<TokenId>,
+    /// Output tokens so far, and how many must come before an ending token may.
+    output_len: u32,
+    min_tokens: u32,
+    /// Banned with end of generation while the output is shorter than `min_tokens`.
+    stop_token_ids: Vec<TokenId>,
 }
 
 impl LogitAdjust {
     /// `None` when the request asks for nothing that changes the logits: its sampler then
     /// reads the model's row in place.
-    pub(crate) fn new(sampling: &SamplingParams, prompt: &[TokenId]) -> Option<Self> {
-        if sampling.logit_bias.is_empty() && sampling.penalties.is_neutral() {
+    pub(crate) fn new(request: &PendingRequest) -> Option<Self> {
+        let sampling = &request.sampling;
+        if sampling.logit_bias.is_empty() && sampling.penalties.is_neutral() && request.min_tokens == 0 {
             return None;
         }
+        let prompt = &request.prompt;
         let prompt_tokens =
             if sampling.penalties.repetition != 1.0 { prompt.iter().copied().collect() } else { HashSet::new() };
         Some(Self {
@@ -36,18 +44,31 @@ impl LogitAdjust {
             penalties: sampling.penalties,
             output_counts: HashMap::new(),
             prompt_tokens,
+            output_len: 0,
+            min_tokens: request.min_tokens,
+            stop_token_ids: request.stop_token_ids.clone(),
         })
     }
 
     /// A token of the output, sampled or forced.
     pub(crate) fn observe(&mut self, token: TokenId) {
+        self.output_len += 1;
         if !self.penalties.is_neutral() {
             *self.output_counts.entry(token).or_default() += 1;
         }
     }
 
-    /// Adds the bias and penalties to `logits`, one entry per token of the vocabulary.
-    pub fn apply(&self, logits: &mut [f32]) {
+    /// Adds the bias and penalties to `logits`, one entry per token of the vocabulary, and
+    /// while the output is shorter than `min_tokens` bans `end_of_generation` and the
+    /// request's stop tokens (vLLM's `min_tokens`).
+    pub fn apply(&self, logits: &mut [f32], end_of_generation: &[TokenId]) {
+        if self.output_len < self.min_tokens {
+            for &token in end_of_generation.iter().chain(&self.stop_token_ids) {
+                if let Some(l) = logits.get_mut(token as usize) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
         for &(token, bias) in &self.bias {
             if let Some(l) = logits.get_mut(token as usize) {
                 *l += bias;
@@ -75,6 +96,7 @@ impl LogitAdjust {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rillm_backend::SamplingParams;
 
     fn adjust(bias: Vec<(TokenId, f32)>, presence: f32, frequency: f32, repetition: f32) -> Option<LogitAdjust> {
         let sampling = SamplingParams {
@@ -82,7 +104,13 @@ mod tests {
             penalties: Penalties { presence, frequency, repetition },
             ..Default::default()
         };
-        LogitAdjust::new(&sampling, &[1, 2, 2])
+        LogitAdjust::new(&request(sampling, 0))
+    }
+
+    fn request(sampling: SamplingParams, min_tokens: u32) -> PendingRequest {
+        let (mut request, _) = PendingRequest::for_test(0, vec![1, 2, 2], 16);
+        (request.sampling, request.min_tokens, request.stop_token_ids) = (sampling, min_tokens, vec![4]);
+        request
     }
 
     #[test]
@@ -96,7 +124,7 @@ mod tests {
     fn bias_is_added_and_ids_past_the_row_are_skipped() {
         let a = adjust(vec![(0, 2.5), (3, -100.0), (99, 5.0)], 0.0, 0.0, 1.0).expect("bias");
         let mut logits = [1.0, 1.0, 1.0, 1.0];
-        a.apply(&mut logits);
+        a.apply(&mut logits, &[]);
         assert_eq!(logits, [3.5, 1.0, 1.0, -99.0]);
     }
 
@@ -107,7 +135,7 @@ mod tests {
             a.observe(t);
         }
         let mut logits = [1.0; 4];
-        a.apply(&mut logits);
+        a.apply(&mut logits, &[]);
         // Token 3 came three times, token 0 once; the prompt's 1 and 2 are not penalised.
         assert_eq!(logits, [1.0 - 0.25 - 0.5, 1.0, 1.0, 1.0 - 0.75 - 0.5]);
     }
@@ -120,8 +148,24 @@ mod tests {
             a.observe(t);
         }
         let mut logits = [4.0, 4.0, 4.0, -4.0, 4.0];
-        a.apply(&mut logits);
+        a.apply(&mut logits, &[]);
         assert_eq!(logits, [4.0, 2.0, 2.0, -8.0, 4.0]);
+    }
+
+    #[test]
+    fn ending_tokens_are_banned_until_min_tokens() {
+        let mut a = LogitAdjust::new(&request(SamplingParams::default(), 2)).expect("min_tokens");
+        let fresh = || [0.0_f32; 5];
+        for _ in 0..2 {
+            let mut logits = fresh();
+            a.apply(&mut logits, &[0]);
+            // End of generation (0) and the stop token (4) cannot be sampled yet.
+            assert_eq!(logits, [f32::NEG_INFINITY, 0.0, 0.0, 0.0, f32::NEG_INFINITY]);
+            a.observe(3);
+        }
+        let mut logits = fresh();
+        a.apply(&mut logits, &[0]);
+        assert_eq!(logits, fresh(), "two tokens out: anything may end it");
     }
 
     #[test]
@@ -129,7 +173,7 @@ mod tests {
         let mut a = adjust(vec![(3, 2.0)], 0.0, 0.0, 2.0).expect("both");
         a.observe(3);
         let mut logits = [0.0, 0.0, 0.0, -1.0];
-        a.apply(&mut logits);
+        a.apply(&mut logits, &[]);
         // (-1 + 2) / 2, as vLLM applies the bias first.
         assert_eq!(logits[3], 0.5);
     }

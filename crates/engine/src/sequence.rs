@@ -29,6 +29,10 @@ pub(crate) struct PendingRequest {
     pub max_tokens: u32,
     pub sampling: SamplingParams,
     pub stop: Vec<String>,
+    /// Tokens that end the output as end of generation does (`stop_token_ids`).
+    pub stop_token_ids: Vec<TokenId>,
+    /// Output tokens before anything may end it (`min_tokens`).
+    pub min_tokens: u32,
     pub ignore_eos: bool,
     /// Structured output: the compiled constraint, at its start.
     pub constraint: Option<SequenceConstraint>,
@@ -61,12 +65,44 @@ impl PendingRequest {
             prompt: self.prompt.clone(),
             sampling,
             stop: self.stop.clone(),
+            stop_token_ids: self.stop_token_ids.clone(),
             constraint: self.constraint.clone(),
             events: self.events.clone(),
             forecast_ms: None,
             started: None,
             ..*self
         }
+    }
+
+    /// A greedy request for `prompt` with nothing else asked, and its event receiver.
+    #[cfg(test)]
+    pub fn for_test(
+        id: u64,
+        prompt: Vec<TokenId>,
+        max_tokens: u32,
+    ) -> (Self, tokio::sync::mpsc::UnboundedReceiver<StreamEvent>) {
+        let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let request = Self {
+            id,
+            index: 0,
+            n: 1,
+            expected_prefill: prompt.len(),
+            prompt,
+            max_tokens,
+            sampling: SamplingParams::greedy(),
+            stop: Vec::new(),
+            stop_token_ids: Vec::new(),
+            min_tokens: 0,
+            ignore_eos: false,
+            constraint: None,
+            logprobs: None,
+            prompt_logprobs: None,
+            submitted: Instant::now(),
+            forecast_ms: None,
+            started: None,
+            events,
+        };
+        (request, receiver)
     }
 
     /// Sends the final event for a request that never got a slot.
@@ -134,7 +170,7 @@ impl Sequence {
     /// `reused` prompt tokens are already in the slot's KV cache.
     pub fn new(request: PendingRequest, reused: u32) -> Self {
         let text = TextStream::new(&request.stop);
-        let logit_adjust = LogitAdjust::new(&request.sampling, &request.prompt);
+        let logit_adjust = LogitAdjust::new(&request);
         Self {
             request,
             cached: reused,
@@ -384,9 +420,18 @@ impl Sequence {
         if !ignore_eos && tokenizer.is_end_of_generation(token) {
             return Some(FinishReason::Eos);
         }
+        if self.request.stop_token_ids.contains(&token) {
+            return Some(FinishReason::Stop);
+        }
         self.token_bytes.clear();
         tokenizer.append_token_bytes(token, &mut self.token_bytes);
-        match self.text.push(token, &self.token_bytes) {
+        // vLLM looks for stop strings once the output is longer than `min_tokens`.
+        let piece = if self.generated > self.request.min_tokens {
+            self.text.push(token, &self.token_bytes)
+        } else {
+            self.text.push_unchecked(token, &self.token_bytes)
+        };
+        match piece {
             TextPiece::Held => {}
             TextPiece::Text { text, token_ids } => self.send_text(text, token_ids),
             TextPiece::Stopped { text, token_ids } => {

@@ -41,34 +41,13 @@ fn panic_message(panic: &(dyn Any + Send)) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Instant;
-
-    use rillm_backend::{Health, SamplingParams, StreamEvent};
+    use rillm_backend::{Health, StreamEvent};
 
     use super::*;
     use crate::queue::PushError;
 
     fn pending(id: u64) -> (PendingRequest, tokio::sync::mpsc::UnboundedReceiver<StreamEvent>) {
-        let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
-        let request = PendingRequest {
-            id,
-            index: 0,
-            n: 1,
-            prompt_logprobs: None,
-            prompt: vec![1, 2, 3],
-            expected_prefill: 3,
-            max_tokens: 4,
-            sampling: SamplingParams::greedy(),
-            stop: Vec::new(),
-            ignore_eos: false,
-            constraint: None,
-            logprobs: None,
-            submitted: Instant::now(),
-            forecast_ms: None,
-            started: None,
-            events,
-        };
-        (request, receiver)
+        PendingRequest::for_test(id, vec![1, 2, 3], 4)
     }
 
     #[test]

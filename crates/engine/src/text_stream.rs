@@ -56,6 +56,18 @@ impl TextStream {
         }
     }
 
+    /// As `push`, without looking for stop strings (vLLM's `min_tokens`: none ends the
+    /// output before it is that long): only an unfinished character is held.
+    pub fn push_unchecked(&mut self, token: TokenId, bytes: &[u8]) -> TextPiece {
+        self.pending_ids.push(token);
+        self.partial.extend_from_slice(bytes);
+        decode_complete_prefix(&mut self.partial, &mut self.held);
+        if self.held.is_empty() {
+            return TextPiece::Held;
+        }
+        TextPiece::Text { text: std::mem::take(&mut self.held), token_ids: std::mem::take(&mut self.pending_ids) }
+    }
+
     /// Everything still held, at the end of generation (an unfinished character becomes
     /// U+FFFD). `None` when nothing is left.
     pub fn finish(&mut self) -> Option<(String, Vec<TokenId>)> {
@@ -176,5 +188,17 @@ mod tests {
         let mut s = TextStream::new(&["éX".to_string()]);
         assert_eq!(text(s.push(1, "aé".as_bytes())), "a");
         assert_eq!(text(s.push(2, b"y")), "éy");
+    }
+    #[test]
+    fn unchecked_pieces_pass_stop_strings_and_release_what_was_held() {
+        let mut s = TextStream::new(&["END".to_string()]);
+        assert_eq!(text(s.push(1, b"a E")), "a ");
+        // Stops not looked for yet: the held "E" and an "END" go out, a split character waits.
+        assert_eq!(text(s.push_unchecked(2, b"ND b")), "END b");
+        let e_acute = "é".as_bytes();
+        assert_eq!(s.push_unchecked(3, &e_acute[..1]), TextPiece::Held);
+        assert_eq!(s.push_unchecked(4, &e_acute[1..]), TextPiece::Text { text: "é".into(), token_ids: vec![3, 4] });
+        // Looked for again from here on.
+        assert_eq!(s.push(5, b" END"), TextPiece::Stopped { text: " ".into(), token_ids: vec![5] });
     }
 }

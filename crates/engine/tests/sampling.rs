@@ -133,3 +133,38 @@ fn a_penalised_greedy_output_is_the_same_with_and_without_speculation() {
         assert!(scores[0] - scores[1] < 0.1, "parted at {at}: {plain:?} vs {fast:?} ({scores:?})");
     }
 }
+
+#[test]
+fn min_tokens_holds_off_every_way_of_ending_and_stop_token_ids_end_the_output() {
+    let _g = serial();
+    let engine = engine(1, 2, 512);
+    let ask = || {
+        GenerateRequest::chat(vec![rillm_engine::ChatMessage::new("user", "Say hello.")])
+            .with_max_tokens(200)
+            .with_sampling(SamplingParams::greedy())
+    };
+    let (text, ids, done) = collect(engine.submit(ask()).expect("admitted"));
+    assert_eq!(done.finish_reason, rillm_engine::FinishReason::Eos, "{text:?}");
+    let natural = done.usage.completion_tokens;
+    // At least `min_tokens` before end of generation may come (the end token itself counts).
+    let mut longer = ask();
+    longer.min_tokens = natural + 10;
+    let (_, _, done) = collect(engine.submit(longer).expect("admitted"));
+    assert!(done.usage.completion_tokens > natural + 10, "{done:?}");
+    // A stop token ends the output there: counted, not streamed.
+    let third = ids[2];
+    let first_at = ids.iter().position(|&t| t == third).expect("in the output");
+    let mut stopped = ask();
+    stopped.stop_token_ids = vec![third];
+    let (stopped_text, stopped_ids, done) = collect(engine.submit(stopped).expect("admitted"));
+    assert_eq!(done.finish_reason, rillm_engine::FinishReason::Stop);
+    assert_eq!(stopped_ids, ids[..first_at]);
+    assert_eq!(done.usage.completion_tokens as usize, first_at + 1);
+    assert!(text.starts_with(&stopped_text));
+    // ...but not before `min_tokens`, and neither does a stop string.
+    let mut held = ask();
+    (held.stop_token_ids, held.stop, held.min_tokens) = (vec![third], vec![stopped_text.clone()], 6);
+    let (held_text, _, done) = collect(engine.submit(held).expect("admitted"));
+    assert!(done.usage.completion_tokens >= 6, "{done:?} {held_text:?}");
+    assert!(held_text.starts_with(&stopped_text) && held_text.len() > stopped_text.len(), "{held_text:?}");
+}

@@ -37,6 +37,9 @@ pub struct GenerationParams {
     pub default_temperature: f32,
     pub n: Option<i64>,
     pub stop: Option<StopInput>,
+    /// vLLM's: tokens that end the output, and how long it is before anything may end it.
+    pub stop_token_ids: Option<Vec<i64>>,
+    pub min_tokens: Option<i64>,
     pub ignore_eos: Option<bool>,
 }
 
@@ -72,8 +75,33 @@ impl GenerationParams {
             }
             Some(StopInput::Many(list)) => list,
         };
+        let stop_token_ids = self
+            .stop_token_ids
+            .unwrap_or_default()
+            .into_iter()
+            .map(|id| {
+                u32::try_from(id).map_err(|_| {
+                    ApiError::invalid("stop_token_ids", format!("`stop_token_ids`: {id} is not a token id"))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let min_tokens = match self.min_tokens {
+            None => 0,
+            Some(n) if n < 0 => {
+                return Err(ApiError::invalid("min_tokens", format!("`min_tokens` must be at least 0, got {n}")))
+            }
+            Some(n) if max_tokens.is_some_and(|max| n > i64::from(max)) => {
+                return Err(ApiError::invalid(
+                    "min_tokens",
+                    format!("`min_tokens` ({n}) must not exceed `{}`", self.max_tokens_param),
+                ))
+            }
+            Some(n) => u32::try_from(n).unwrap_or(u32::MAX),
+        };
         let sampling = self.sampling.into_params(self.default_temperature)?;
         let mut request = GenerateRequest::new(prompt).with_sampling(sampling).with_stop(stop);
+        request.stop_token_ids = stop_token_ids;
+        request.min_tokens = min_tokens;
         request.max_tokens = max_tokens;
         request.ignore_eos = self.ignore_eos.unwrap_or(false);
         request.n = n;

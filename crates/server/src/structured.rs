@@ -222,7 +222,7 @@ const NO_EFFECT_FIELDS: &[&str] =
     &["user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"];
 
 /// Every field of an OpenAI request that the endpoint did not take is refused by name
-/// (`logit_bias`, `tools`, `reasoning_effort`, ...) unless it cannot change the output:
+/// (`prediction`, `reasoning_effort`, `modalities`, ...) unless it cannot change the output:
 /// a client must never get plain output for a request it shaped with a field rillm
 /// silently dropped. `null` counts as absent.
 pub fn refuse_unknown_fields(fields: &Map<String, Value>) -> Result<(), ApiError> {
@@ -304,8 +304,9 @@ mod tests {
     #[test]
     fn unknown_fields_are_refused_unless_they_change_nothing() {
         let fields = |v: Value| v.as_object().cloned().expect("object");
-        assert!(refuse_unknown_fields(&fields(json!({"user": "u", "store": false, "logit_bias": null}))).is_ok());
-        let error = refuse_unknown_fields(&fields(json!({"user": "u", "logit_bias": {"1": 5}}))).expect_err("refused");
-        assert_eq!(error.param.as_deref(), Some("logit_bias"));
+        assert!(refuse_unknown_fields(&fields(json!({"user": "u", "store": false, "prediction": null}))).is_ok());
+        let error =
+            refuse_unknown_fields(&fields(json!({"user": "u", "prediction": {"content": "x"}}))).expect_err("refused");
+        assert_eq!(error.param.as_deref(), Some("prediction"));
     }
 }

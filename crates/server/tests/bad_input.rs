@@ -79,6 +79,11 @@ fn cases() -> Vec<Case> {
         // Only the engine knows the vocabulary: refused before any work, naming the field.
         case("/v1/chat/completions", json!({"messages": msg, "logit_bias": {"999999": 1}}), 400, Some("logit_bias")),
         case("/generate", json!({"prompt": "Hi", "temperature": "hot"}), 400, Some("temperature")),
+        case("/v1/completions", json!({"prompt": "Hi", "min_tokens": 17}), 400, Some("min_tokens")),
+        case("/generate", json!({"prompt": "Hi", "max_new_tokens": 4, "min_tokens": 5}), 400, Some("min_tokens")),
+        case("/v1/chat/completions", json!({"messages": msg, "min_tokens": -1}), 400, Some("min_tokens")),
+        case("/v1/chat/completions", json!({"messages": msg, "stop_token_ids": [-4]}), 400, Some("stop_token_ids")),
+        case("/v1/completions", json!({"prompt": "Hi", "stop_token_ids": [1, 999999]}), 400, Some("stop_token_ids")),
         case("/v1/chat/completions", json!({"messages": msg, "seed": "7"}), 400, Some("seed")),
         case("/v1/chat/completions", json!({"messages": []}), 400, Some("messages")),
         case("/v1/chat/completions", json!({"messages": "Hi"}), 400, Some("messages")),

@@ -211,7 +211,7 @@ async fn constraints_that_cannot_be_honoured_are_400s_naming_the_field() {
         (json!({"structured_outputs": {"structural_tag": "{}"}}), "structured_outputs.structural_tag"),
         (json!({"guided_json": {"type": "object"}, "guided_regex": "a"}), "guided_regex"),
         (json!({"grammar": "root ::= \"a\""}), "grammar"),
-        (json!({"logit_bias": {"1": 3}}), "logit_bias"),
+        (json!({"prediction": {"type": "content", "content": "hi"}}), "prediction"),
         (json!({"reasoning_effort": "low"}), "reasoning_effort"),
     ];
     for (extra, param) in cases {

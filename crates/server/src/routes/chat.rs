@@ -30,6 +30,8 @@ pub struct ChatBody {
     max_completion_tokens: Option<i64>,
     n: Option<i64>,
     stop: Option<StopInput>,
+    stop_token_ids: Option<Vec<i64>>,
+    min_tokens: Option<i64>,
     #[serde(default)]
     stream: bool,
     stream_options: Option<StreamOptions>,
@@ -173,6 +175,8 @@ pub async fn chat_completions(
         default_temperature: 1.0,
         n: body.n,
         stop: body.stop,
+        stop_token_ids: body.stop_token_ids,
+        min_tokens: body.min_tokens,
         ignore_eos: body.ignore_eos,
     }
     .into_request(prompt)?;

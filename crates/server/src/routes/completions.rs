@@ -72,6 +72,8 @@ pub struct CompletionBody {
     max_tokens: Option<i64>,
     n: Option<i64>,
     stop: Option<StopInput>,
+    stop_token_ids: Option<Vec<i64>>,
+    min_tokens: Option<i64>,
     #[serde(default)]
     stream: bool,
     stream_options: Option<StreamOptions>,
@@ -121,6 +123,8 @@ pub async fn completions(
         default_temperature: 1.0,
         n: body.n,
         stop: body.stop,
+        stop_token_ids: body.stop_token_ids,
+        min_tokens: body.min_tokens,
         ignore_eos: body.ignore_eos,
     }
     .into_request(prompt)?;

@@ -34,6 +34,8 @@ pub struct GenerateBody {
     max_tokens: Option<i64>,
     max_new_tokens: Option<i64>,
     stop: Option<StopInput>,
+    stop_token_ids: Option<Vec<i64>>,
+    min_tokens: Option<i64>,
     /// Wrap the prompt as one user message and apply the model's chat template.
     #[serde(default)]
     chat: bool,
@@ -90,6 +92,8 @@ pub async fn generate(
         // Greedy unless asked: the same prompt gives the same answer, as in the prototype.
         default_temperature: 0.0,
         stop: body.stop,
+        stop_token_ids: body.stop_token_ids,
+        min_tokens: body.min_tokens,
         ignore_eos: body.ignore_eos,
         ..GenerationParams::default()
     }

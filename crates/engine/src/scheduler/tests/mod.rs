@@ -272,26 +272,8 @@ impl Harness {
     /// Queues a request after `adjust` has set what the test needs.
     fn submit_with(&mut self, prompt: &str, max_tokens: u32, adjust: impl FnOnce(&mut PendingRequest)) -> Events {
         self.next_id += 1;
-        let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
         let prompt = ByteTokenizer.tokenize(prompt, false, false);
-        let mut request = PendingRequest {
-            id: self.next_id,
-            index: 0,
-            n: 1,
-            prompt_logprobs: None,
-            expected_prefill: prompt.len(),
-            prompt,
-            max_tokens,
-            sampling: SamplingParams::greedy(),
-            stop: Vec::new(),
-            ignore_eos: false,
-            constraint: None,
-            logprobs: None,
-            submitted: Instant::now(),
-            forecast_ms: None,
-            started: None,
-            events,
-        };
+        let (mut request, receiver) = PendingRequest::for_test(self.next_id, prompt, max_tokens);
         adjust(&mut request);
         assert!(self.queue.push(request).is_ok());
         receiver
