@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use rillm_backend::Backend;
+use rillm_backend::{Backend, Completion};
 
 pub const RUNNING: &str = "vllm:num_requests_running";
 pub const WAITING: &str = "vllm:num_requests_waiting";
@@ -17,6 +17,15 @@ pub const TTFT: &str = "vllm:time_to_first_token_seconds";
 pub const ITL: &str = "vllm:inter_token_latency_seconds";
 pub const E2E: &str = "vllm:e2e_request_latency_seconds";
 pub const QUEUE_TIME: &str = "vllm:request_queue_time_seconds";
+/// A request's time from its slot to its first token, after it, and both (vLLM's prefill,
+/// decode and inference phases), and its mean time per output token after the first.
+pub const PREFILL_TIME: &str = "vllm:request_prefill_time_seconds";
+pub const DECODE_TIME: &str = "vllm:request_decode_time_seconds";
+pub const INFERENCE_TIME: &str = "vllm:request_inference_time_seconds";
+pub const REQUEST_TPOT: &str = "vllm:request_time_per_output_token_seconds";
+/// Per-request token counts, as histograms (the vLLM dashboard's length heatmaps).
+pub const REQUEST_PROMPT_TOKENS: &str = "vllm:request_prompt_tokens";
+pub const REQUEST_GENERATION_TOKENS: &str = "vllm:request_generation_tokens";
 pub const PROMPT_TOKENS: &str = "vllm:prompt_tokens_total";
 pub const GENERATION_TOKENS: &str = "vllm:generation_tokens_total";
 pub const SUCCESS: &str = "vllm:request_success_total";
@@ -94,19 +103,33 @@ const HISTOGRAMS: &[(&str, &str)] = &[
     (ITL, "Histogram of inter-token latency in seconds."),
     (E2E, "Histogram of e2e request latency in seconds."),
     (QUEUE_TIME, "Histogram of time spent in WAITING phase for request."),
+    (PREFILL_TIME, "Histogram of time spent in PREFILL phase for request."),
+    (DECODE_TIME, "Histogram of time spent in DECODE phase for request."),
+    (INFERENCE_TIME, "Histogram of time spent in RUNNING phase for request."),
+    (REQUEST_TPOT, "Histogram of time_per_output_token_seconds per request."),
+    (REQUEST_PROMPT_TOKENS, "Number of prefill tokens processed."),
+    (REQUEST_GENERATION_TOKENS, "Number of generation tokens processed."),
 ];
 
 const LATENCY_BUCKETS: &[f64] =
     &[0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0];
+const LATENCY_HISTOGRAMS: &[&str] =
+    &[TTFT, ITL, E2E, QUEUE_TIME, PREFILL_TIME, DECODE_TIME, INFERENCE_TIME, REQUEST_TPOT];
+/// vLLM's 1-2-5 series for token counts (it stops at the model's length; these at 100k).
+const TOKEN_BUCKETS: &[f64] =
+    &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5];
 
 /// The process-wide recorder: `metrics` has one global recorder, so every server in the
 /// process (tests start several) shares it.
 pub fn handle() -> &'static PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE.get_or_init(|| {
-        let builder = [TTFT, ITL, E2E, QUEUE_TIME].into_iter().fold(PrometheusBuilder::new(), |b, name| {
-            b.set_buckets_for_metric(Matcher::Full(name.to_string()), LATENCY_BUCKETS)
-                .expect("static, non-empty buckets")
+        let buckets = LATENCY_HISTOGRAMS
+            .iter()
+            .map(|&name| (name, LATENCY_BUCKETS))
+            .chain([(REQUEST_PROMPT_TOKENS, TOKEN_BUCKETS), (REQUEST_GENERATION_TOKENS, TOKEN_BUCKETS)]);
+        let builder = buckets.fold(PrometheusBuilder::new(), |b, (name, buckets)| {
+            b.set_buckets_for_metric(Matcher::Full(name.to_string()), buckets).expect("static, non-empty buckets")
         });
         let recorder = builder.build_recorder();
         let handle = recorder.handle();
@@ -247,12 +270,21 @@ impl RequestMetrics {
         }
     }
 
-    pub fn finished(&self, reason: &'static str, e2e_s: f64, queue_s: f64, prompt: u32, generated: u32) {
-        let model = self.model.clone();
-        histogram!(E2E, "model_name" => model.clone()).record(e2e_s);
-        histogram!(QUEUE_TIME, "model_name" => model.clone()).record(queue_s);
-        counter!(PROMPT_TOKENS, "model_name" => model.clone()).increment(u64::from(prompt));
-        counter!(GENERATION_TOKENS, "model_name" => model.clone()).increment(u64::from(generated));
-        counter!(SUCCESS, "model_name" => model, "finished_reason" => reason).increment(1);
+    pub fn finished(&self, reason: &'static str, e2e_s: f64, done: &Completion) {
+        let (timings, prompt, generated) = (&done.timings, done.usage.prompt_tokens, done.usage.completion_tokens);
+        let (prefill_s, decode_s) = (timings.prefill_ms / 1000.0, timings.decode_ms / 1000.0);
+        histogram!(E2E, "model_name" => self.model.clone()).record(e2e_s);
+        histogram!(QUEUE_TIME, "model_name" => self.model.clone()).record(timings.queue_ms / 1000.0);
+        histogram!(PREFILL_TIME, "model_name" => self.model.clone()).record(prefill_s);
+        histogram!(DECODE_TIME, "model_name" => self.model.clone()).record(decode_s);
+        histogram!(INFERENCE_TIME, "model_name" => self.model.clone()).record(prefill_s + decode_s);
+        if generated > 1 {
+            histogram!(REQUEST_TPOT, "model_name" => self.model.clone()).record(decode_s / f64::from(generated - 1));
+        }
+        histogram!(REQUEST_PROMPT_TOKENS, "model_name" => self.model.clone()).record(f64::from(prompt));
+        histogram!(REQUEST_GENERATION_TOKENS, "model_name" => self.model.clone()).record(f64::from(generated));
+        counter!(PROMPT_TOKENS, "model_name" => self.model.clone()).increment(u64::from(prompt));
+        counter!(GENERATION_TOKENS, "model_name" => self.model.clone()).increment(u64::from(generated));
+        counter!(SUCCESS, "model_name" => self.model.clone(), "finished_reason" => reason).increment(1);
     }
 }

@@ -68,13 +68,7 @@ impl RequestObserver {
         self.finished = true;
         let e2e = self.received.elapsed();
         let reason = openai_finish_reason(done.finish_reason);
-        self.metrics.finished(
-            reason,
-            e2e.as_secs_f64(),
-            done.timings.queue_ms / 1000.0,
-            done.usage.prompt_tokens,
-            done.usage.completion_tokens,
-        );
+        self.metrics.finished(reason, e2e.as_secs_f64(), done);
         tracing::info!(
             id = self.id,
             endpoint = self.endpoint,

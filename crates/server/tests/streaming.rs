@@ -227,6 +227,12 @@ async fn models_health_ready_and_metrics_endpoints() {
         "vllm:inter_token_latency_seconds_bucket",
         "vllm:e2e_request_latency_seconds_bucket",
         "vllm:request_queue_time_seconds_bucket",
+        "vllm:request_prefill_time_seconds_bucket",
+        "vllm:request_decode_time_seconds_bucket",
+        "vllm:request_inference_time_seconds_bucket",
+        "vllm:request_time_per_output_token_seconds_bucket",
+        "vllm:request_prompt_tokens_bucket",
+        "vllm:request_generation_tokens_bucket",
         "vllm:prompt_tokens_total",
         "vllm:generation_tokens_total",
         "vllm:request_success_total",
@@ -239,6 +245,16 @@ async fn models_health_ready_and_metrics_endpoints() {
         assert!(text.lines().any(|l| l.starts_with(name)), "missing {name}");
     }
     assert!(server.metric("vllm:generation_tokens_total").await >= 4.0);
+    // The per-request histograms add up to the totals (one scrape: nothing else runs).
+    let value = |name: &str| -> f64 {
+        let line = text.lines().find(|l| l.split(['{', ' ']).next() == Some(name));
+        line.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or_else(|| panic!("no {name}"))
+    };
+    assert_eq!(value("vllm:request_generation_tokens_sum"), value("vllm:generation_tokens_total"));
+    assert_eq!(value("vllm:request_prompt_tokens_sum"), value("vllm:prompt_tokens_total"));
+    let requests = value("vllm:request_prompt_tokens_count");
+    assert!(requests >= 1.0 && value("vllm:request_inference_time_seconds_count") == requests);
+    assert!(value("vllm:request_inference_time_seconds_sum") >= value("vllm:request_decode_time_seconds_sum"));
     // Every metric says what it is, as vLLM's do: a `# HELP` line beside each `# TYPE`.
     let described: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("# HELP ")?.split(' ').next()).collect();
     for typed in text.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next()) {
