@@ -17,8 +17,8 @@ mod tool_format;
 
 pub use rejected::Rejected;
 pub use request::{
-    ChatMessage, ChatToolCall, Completion, Constraint, FinishReason, GenerateRequest, Penalties, Prompt, PromptToken,
-    SamplingParams, ServerTimings, StreamEvent, TokenId, TokenLogprob, TopLogprob, Usage,
+    ChatMessage, ChatOptions, ChatToolCall, Completion, Constraint, FinishReason, GenerateRequest, Penalties, Prompt,
+    PromptToken, SamplingParams, ServerTimings, StreamEvent, TokenId, TokenLogprob, TopLogprob, Usage,
 };
 pub use stats::{
     CacheLayout, ConstraintSnapshot, PrefixCacheSnapshot, SpeculationSnapshot, StatsSnapshot, DRAFT_POSITIONS,

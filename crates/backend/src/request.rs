@@ -11,7 +11,7 @@ pub enum Prompt {
     /// Chat messages, rendered with the model's own chat template; `tools` (OpenAI-shaped
     /// `{"type": "function", "function": {..}}` objects) go to templates that list tools
     /// themselves, and are empty otherwise.
-    Chat { messages: Vec<ChatMessage>, tools: Vec<serde_json::Value> },
+    Chat { messages: Vec<ChatMessage>, tools: Vec<serde_json::Value>, options: ChatOptions },
     /// Token ids, fed as they are (no BOS added): what evaluation harnesses send, having
     /// tokenized context and continuation themselves.
     Tokens(Vec<TokenId>),
@@ -22,7 +22,7 @@ impl Prompt {
     pub fn text_len(&self) -> usize {
         match self {
             Self::Text(text) => text.len(),
-            Self::Chat { messages, tools } => {
+            Self::Chat { messages, tools, .. } => {
                 let tools: usize = tools.iter().map(|t| t.to_string().len()).sum();
                 tools + messages.iter().map(|m| m.role.len() + m.content.len()).sum::<usize>()
             }
@@ -34,7 +34,25 @@ impl Prompt {
 impl Prompt {
     /// Chat messages with no tools.
     pub fn chat(messages: Vec<ChatMessage>) -> Self {
-        Self::Chat { messages, tools: Vec::new() }
+        Self::Chat { messages, tools: Vec::new(), options: ChatOptions::default() }
+    }
+}
+
+/// How a chat is rendered: vLLM's chat request extras.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatOptions {
+    /// Open the assistant's turn after the messages (the default).
+    pub add_generation_prompt: bool,
+    /// Leave the last message open, the reply continuing it (an assistant turn begun by
+    /// the client): the prompt ends where that message's content ends.
+    pub continue_final_message: bool,
+    /// Extra template variables (vLLM's `chat_template_kwargs`, e.g. `enable_thinking`).
+    pub template_kwargs: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Default for ChatOptions {
+    fn default() -> Self {
+        Self { add_generation_prompt: true, continue_final_message: false, template_kwargs: Default::default() }
     }
 }
 

@@ -255,12 +255,12 @@ impl Engine {
                 check_vocabulary(tokens, tokenizer.vocab_size())?;
                 Ok(tokens.clone())
             }
-            Prompt::Chat { messages, tools } => {
+            Prompt::Chat { messages, tools, options } => {
                 let template = tokenizer
                     .chat_template()
                     .ok_or_else(|| Rejected::InvalidRequest("this model has no chat template".into()))?;
                 let segments = template
-                    .render_segments(messages, tools)
+                    .render_segments(messages, tools, options)
                     .map_err(|e| Rejected::InvalidRequest(format!("chat template: {e}")))?;
                 // Templates that emit BOS themselves must not get a second one.
                 let bos = template.bos_token();

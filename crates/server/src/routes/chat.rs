@@ -5,7 +5,7 @@ use std::time::Instant;
 use axum::extract::State;
 use axum::response::sse::Event;
 use axum::response::Response;
-use rillm_backend::{Completion, FinishReason, Prompt, TokenLogprob, ToolCallFormat, Usage};
+use rillm_backend::{ChatOptions, Completion, FinishReason, Prompt, TokenLogprob, ToolCallFormat, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -42,6 +42,10 @@ pub struct ChatBody {
     tools: Option<Value>,
     tool_choice: Option<Value>,
     parallel_tool_calls: Option<Value>,
+    /// vLLM's chat extras (`chat_options`).
+    add_generation_prompt: Option<bool>,
+    continue_final_message: Option<bool>,
+    chat_template_kwargs: Option<serde_json::Map<String, Value>>,
     /// The deprecated spellings of `tools` and `tool_choice`: refused by name.
     functions: Option<Value>,
     function_call: Option<Value>,
@@ -84,8 +88,45 @@ pub(crate) fn render(
     input: Vec<MessageInput>,
     tools: Option<&ToolRequest>,
     dialect: ToolDialect,
+    chat_options: ChatOptions,
 ) -> Result<Prompt, ApiError> {
-    tools::render_prompt(history(input)?, tools, dialect)
+    let mut prompt = tools::render_prompt(history(input)?, tools, dialect)?;
+    if let Prompt::Chat { options, .. } = &mut prompt {
+        *options = chat_options;
+    }
+    Ok(prompt)
+}
+
+/// Template variables the server sets itself: not to be set through `chat_template_kwargs`.
+const SET_BY_THE_SERVER: &[&str] =
+    &["messages", "tools", "add_generation_prompt", "continue_final_message", "bos_token", "eos_token"];
+
+/// vLLM's chat extras, as chat and `/tokenize` take them: open the assistant's turn (the
+/// default) or continue the last message, and extra template variables.
+pub(crate) fn chat_options(
+    add_generation_prompt: Option<bool>,
+    continue_final_message: Option<bool>,
+    template_kwargs: Option<serde_json::Map<String, Value>>,
+) -> Result<ChatOptions, ApiError> {
+    let continue_final_message = continue_final_message.unwrap_or(false);
+    if continue_final_message && add_generation_prompt == Some(true) {
+        return Err(ApiError::invalid(
+            "continue_final_message",
+            "`continue_final_message` and `add_generation_prompt` cannot both be true",
+        ));
+    }
+    let template_kwargs = template_kwargs.unwrap_or_default();
+    if let Some(key) = template_kwargs.keys().find(|k| SET_BY_THE_SERVER.contains(&k.as_str())) {
+        return Err(ApiError::invalid(
+            format!("chat_template_kwargs.{key}"),
+            format!("`{key}` is set by the server; use the request's own fields"),
+        ));
+    }
+    Ok(ChatOptions {
+        add_generation_prompt: add_generation_prompt.unwrap_or(true),
+        continue_final_message,
+        template_kwargs,
+    })
 }
 
 /// The messages as sent, tool calls and results included.
@@ -159,7 +200,8 @@ pub async fn chat_completions(
         return Err(ApiError::invalid(c.param.clone(), "an output constraint and `tools` cannot both shape the reply"));
     }
     let dialect = state.tool_dialect();
-    let prompt = render(body.messages, tools.as_ref(), dialect)?;
+    let options = chat_options(body.add_generation_prompt, body.continue_final_message, body.chat_template_kwargs)?;
+    let prompt = render(body.messages, tools.as_ref(), dialect, options)?;
     let format = dialect.format;
     let (max_tokens, max_tokens_param) = match (body.max_completion_tokens, body.max_tokens) {
         (Some(n), _) => (Some(n), "max_completion_tokens"),

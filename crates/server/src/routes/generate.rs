@@ -73,7 +73,7 @@ pub async fn generate(
     let tools = ToolRequest::from_fields(body.tools, body.tool_choice, body.parallel_tool_calls)?;
     let dialect = state.tool_dialect();
     let prompt = match body.messages {
-        Some(messages) => crate::routes::chat::render(messages, tools.as_ref(), dialect)?,
+        Some(messages) => crate::routes::chat::render(messages, tools.as_ref(), dialect, Default::default())?,
         None if tools.is_some() => {
             tools::render_prompt(vec![tools::HistoryMessage::user(body.prompt)], tools.as_ref(), dialect)?
         }

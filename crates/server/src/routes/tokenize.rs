@@ -14,7 +14,7 @@ use serde_json::json;
 use crate::admission::off_runtime;
 use crate::error::ApiError;
 use crate::json::JsonBody;
-use crate::routes::chat::{render, MessageInput};
+use crate::routes::chat::{chat_options, render, MessageInput};
 use crate::state::AppState;
 
 /// vLLM's `TokenizeCompletionRequest` or `TokenizeChatRequest`.
@@ -29,6 +29,10 @@ pub struct TokenizeBody {
     /// exactly what generation would see.
     #[serde(default = "yes")]
     add_special_tokens: bool,
+    /// Chat prompts: as on chat completions.
+    add_generation_prompt: Option<bool>,
+    continue_final_message: Option<bool>,
+    chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 fn yes() -> bool {
@@ -48,10 +52,15 @@ pub async fn tokenize(
     state.check_model(body.model.as_deref())?;
     let backend = state.backend().ok_or_else(|| ApiError::unavailable("the model is still loading"))?.clone();
     let (prompt, param) = match (body.prompt, body.messages) {
+        (Some(_), None) if body.add_generation_prompt.is_some() || body.continue_final_message.is_some() => {
+            return Err(ApiError::invalid("prompt", "chat layout fields go with `messages`, not `prompt`"))
+        }
         (Some(text), None) => (Prompt::Text(text), "prompt"),
         (None, Some(input)) => {
             let tools = crate::tools::ToolRequest::from_fields(body.tools, None, None)?;
-            (render(input, tools.as_ref(), state.tool_dialect())?, "messages")
+            let options =
+                chat_options(body.add_generation_prompt, body.continue_final_message, body.chat_template_kwargs)?;
+            (render(input, tools.as_ref(), state.tool_dialect(), options)?, "messages")
         }
         (Some(_), Some(_)) => return Err(ApiError::invalid("messages", "give `prompt` or `messages`, not both")),
         (None, None) => return Err(ApiError::invalid("prompt", "`prompt` or `messages` is required")),

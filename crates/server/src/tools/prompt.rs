@@ -73,7 +73,7 @@ pub fn render_prompt(
     if let Some(template) = dialect.template {
         let messages = history.into_iter().map(|m| template_message(m, template)).collect();
         let tools = offered.map(|t| t.tools.iter().map(openai_tool).collect()).unwrap_or_default();
-        return Ok(Prompt::Chat { messages, tools });
+        return Ok(Prompt::Chat { messages, tools, options: Default::default() });
     }
     Ok(Prompt::chat(written_messages(history, offered, dialect.format)))
 }
@@ -293,7 +293,7 @@ mod tests {
     fn a_template_that_writes_tools_gets_them_and_the_calls_as_they_are() {
         let history = tool_round();
         let prompt = render_prompt(history.clone(), Some(&tools(ToolChoice::Auto)), TEMPLATE).expect("renders");
-        let Prompt::Chat { messages, tools: listed } = prompt else { panic!("a chat prompt") };
+        let Prompt::Chat { messages, tools: listed, .. } = prompt else { panic!("a chat prompt") };
         assert_eq!(messages.len(), 3, "no system block is added");
         assert_eq!(
             listed,
@@ -315,7 +315,7 @@ mod tests {
 
     fn written(prompt: Result<Prompt, ApiError>) -> Vec<ChatMessage> {
         match prompt.expect("renders") {
-            Prompt::Chat { messages, tools } if tools.is_empty() => messages,
+            Prompt::Chat { messages, tools, .. } if tools.is_empty() => messages,
             other => panic!("messages with the tools written in: {other:?}"),
         }
     }
