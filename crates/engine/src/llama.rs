@@ -207,16 +207,19 @@ impl<'m> LlamaExecutor<'m> {
 /// not `banned`.
 fn argmax(logits: &[f32], mask: Option<&SimpleVob>, banned: &[TokenId]) -> TokenId {
     let mut best = (None, f32::NEG_INFINITY);
-    let consider = |i: usize| {
-        if let Some(&l) = logits.get(i) {
-            if (best.0.is_none() || l > best.1) && !banned.contains(&(i as TokenId)) {
-                best = (Some(i), l);
-            }
+    let mut consider = |i: usize, l: f32| {
+        if (best.0.is_none() || l > best.1) && !banned.contains(&(i as TokenId)) {
+            best = (Some(i), l);
         }
     };
     match mask {
-        Some(mask) => mask.iter_set_entries(consider),
-        None => (0..logits.len()).for_each(consider),
+        Some(mask) => mask.iter_set_entries(|i| {
+            if let Some(&l) = logits.get(i) {
+                consider(i, l);
+            }
+        }),
+        // Every decode step runs this once a greedy row: a plain pass over the slice.
+        None => logits.iter().enumerate().for_each(|(i, &l)| consider(i, l)),
     }
     best.0.unwrap_or(0) as TokenId
 }
