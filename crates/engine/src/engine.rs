@@ -154,9 +154,8 @@ impl Engine {
             return Err(Rejected::TooManyChoices { n: request.n, max: max_running as u32 });
         }
         let vocab = inner.tokenizer.vocab_size();
-        let logit_bias: Vec<TokenId> = request.sampling.logit_bias.iter().map(|b| b.0).collect();
-        check_field_tokens("logit_bias", &logit_bias, vocab)?;
-        check_field_tokens("stop_token_ids", &request.stop_token_ids, vocab)?;
+        check_field_tokens("logit_bias", request.sampling.logit_bias.iter().map(|b| b.0), vocab)?;
+        check_field_tokens("stop_token_ids", request.stop_token_ids.iter().copied(), vocab)?;
         let prompt = self.tokenize_prompt(&request.prompt)?;
         if prompt.is_empty() {
             return Err(Rejected::EmptyPrompt);
@@ -339,8 +338,12 @@ fn check_vocabulary(tokens: &[u32], vocab: u32) -> Result<(), Rejected> {
 
 /// `logit_bias` and `stop_token_ids` name tokens by id: each must be in the vocabulary
 /// (llama.cpp would read past its logits).
-fn check_field_tokens(param: &'static str, tokens: &[TokenId], vocab: u32) -> Result<(), Rejected> {
-    match tokens.iter().find(|&&t| t >= vocab) {
+fn check_field_tokens(
+    param: &'static str,
+    mut tokens: impl Iterator<Item = TokenId>,
+    vocab: u32,
+) -> Result<(), Rejected> {
+    match tokens.find(|&t| t >= vocab) {
         Some(bad) => Err(Rejected::InvalidField {
             param,
             message: format!("`{param}` names token {bad}, outside the vocabulary of {vocab} tokens"),

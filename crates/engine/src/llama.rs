@@ -381,18 +381,12 @@ impl Executor for LlamaExecutor<'_> {
         let mut sampler = self.samplers[seq].take();
         let row = self.ctx.get_logits_ith(batch_index as i32);
         // A bias or penalty works on a copy of the row: the model's stays raw for logprobs.
-        let adjusted;
-        let logits = match adjust {
-            Some(adjust) => {
-                adjusted = {
-                    let mut copy = row.to_vec();
-                    adjust.apply(&mut copy, &self.model.eog_tokens);
-                    copy
-                };
-                adjusted.as_slice()
-            }
-            None => row,
-        };
+        let adjusted = adjust.map(|adjust| {
+            let mut copy = row.to_vec();
+            adjust.apply(&mut copy, &self.model.eog_tokens);
+            copy
+        });
+        let logits = adjusted.as_deref().unwrap_or(row);
         let token = match (sampler.as_mut(), mask) {
             // llama.cpp builds the candidates from its own row: nothing to add to it.
             (Some(SequenceSampler::Chain(chain)), None) if adjust.is_none() => {

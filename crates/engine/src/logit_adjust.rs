@@ -7,10 +7,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use rillm_backend::Penalties;
+use rillm_backend::{Penalties, SamplingParams};
 
 use crate::runtime::TokenId;
-use crate::sequence::PendingRequest;
 
 #[derive(Debug, Clone)]
 pub struct LogitAdjust {
@@ -30,13 +29,16 @@ pub struct LogitAdjust {
 
 impl LogitAdjust {
     /// `None` when the request asks for nothing that changes the logits: its sampler then
-    /// reads the model's row in place.
-    pub(crate) fn new(request: &PendingRequest) -> Option<Self> {
-        let sampling = &request.sampling;
-        if sampling.logit_bias.is_empty() && sampling.penalties.is_neutral() && request.min_tokens == 0 {
+    /// reads the model's row in place. `stop_token_ids` matter only before `min_tokens`.
+    pub(crate) fn new(
+        sampling: &SamplingParams,
+        prompt: &[TokenId],
+        min_tokens: u32,
+        stop_token_ids: &[TokenId],
+    ) -> Option<Self> {
+        if sampling.logit_bias.is_empty() && sampling.penalties.is_neutral() && min_tokens == 0 {
             return None;
         }
-        let prompt = &request.prompt;
         let prompt_tokens =
             if sampling.penalties.repetition != 1.0 { prompt.iter().copied().collect() } else { HashSet::new() };
         Some(Self {
@@ -45,8 +47,8 @@ impl LogitAdjust {
             output_counts: HashMap::new(),
             prompt_tokens,
             output_len: 0,
-            min_tokens: request.min_tokens,
-            stop_token_ids: request.stop_token_ids.clone(),
+            min_tokens,
+            stop_token_ids: stop_token_ids.to_vec(),
         })
     }
 
@@ -96,7 +98,6 @@ impl LogitAdjust {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rillm_backend::SamplingParams;
 
     fn adjust(bias: Vec<(TokenId, f32)>, presence: f32, frequency: f32, repetition: f32) -> Option<LogitAdjust> {
         let sampling = SamplingParams {
@@ -104,13 +105,7 @@ mod tests {
             penalties: Penalties { presence, frequency, repetition },
             ..Default::default()
         };
-        LogitAdjust::new(&request(sampling, 0))
-    }
-
-    fn request(sampling: SamplingParams, min_tokens: u32) -> PendingRequest {
-        let (mut request, _) = PendingRequest::for_test(0, vec![1, 2, 2], 16);
-        (request.sampling, request.min_tokens, request.stop_token_ids) = (sampling, min_tokens, vec![4]);
-        request
+        LogitAdjust::new(&sampling, &[1, 2, 2], 0, &[])
     }
 
     #[test]
@@ -154,7 +149,7 @@ mod tests {
 
     #[test]
     fn ending_tokens_are_banned_until_min_tokens() {
-        let mut a = LogitAdjust::new(&request(SamplingParams::default(), 2)).expect("min_tokens");
+        let mut a = LogitAdjust::new(&SamplingParams::default(), &[1, 2, 2], 2, &[4]).expect("min_tokens");
         let fresh = || [0.0_f32; 5];
         for _ in 0..2 {
             let mut logits = fresh();

@@ -170,7 +170,8 @@ impl Sequence {
     /// `reused` prompt tokens are already in the slot's KV cache.
     pub fn new(request: PendingRequest, reused: u32) -> Self {
         let text = TextStream::new(&request.stop);
-        let logit_adjust = LogitAdjust::new(&request);
+        let logit_adjust =
+            LogitAdjust::new(&request.sampling, &request.prompt, request.min_tokens, &request.stop_token_ids);
         Self {
             request,
             cached: reused,

@@ -75,29 +75,8 @@ impl GenerationParams {
             }
             Some(StopInput::Many(list)) => list,
         };
-        let stop_token_ids = self
-            .stop_token_ids
-            .unwrap_or_default()
-            .into_iter()
-            .map(|id| {
-                u32::try_from(id).map_err(|_| {
-                    ApiError::invalid("stop_token_ids", format!("`stop_token_ids`: {id} is not a token id"))
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let min_tokens = match self.min_tokens {
-            None => 0,
-            Some(n) if n < 0 => {
-                return Err(ApiError::invalid("min_tokens", format!("`min_tokens` must be at least 0, got {n}")))
-            }
-            Some(n) if max_tokens.is_some_and(|max| n > i64::from(max)) => {
-                return Err(ApiError::invalid(
-                    "min_tokens",
-                    format!("`min_tokens` ({n}) must not exceed `{}`", self.max_tokens_param),
-                ))
-            }
-            Some(n) => u32::try_from(n).unwrap_or(u32::MAX),
-        };
+        let stop_token_ids = stop_token_ids(self.stop_token_ids.unwrap_or_default())?;
+        let min_tokens = min_tokens(self.min_tokens, max_tokens, self.max_tokens_param)?;
         let sampling = self.sampling.into_params(self.default_temperature)?;
         let mut request = GenerateRequest::new(prompt).with_sampling(sampling).with_stop(stop);
         request.stop_token_ids = stop_token_ids;
@@ -106,6 +85,27 @@ impl GenerationParams {
         request.ignore_eos = self.ignore_eos.unwrap_or(false);
         request.n = n;
         Ok(request)
+    }
+}
+
+fn stop_token_ids(ids: Vec<i64>) -> Result<Vec<u32>, ApiError> {
+    ids.into_iter()
+        .map(|id| {
+            u32::try_from(id)
+                .map_err(|_| ApiError::invalid("stop_token_ids", format!("`stop_token_ids`: {id} is not a token id")))
+        })
+        .collect()
+}
+
+/// At least 0 and at most `max_tokens` where that is known (vLLM's bounds).
+fn min_tokens(min: Option<i64>, max_tokens: Option<u32>, max_param: &str) -> Result<u32, ApiError> {
+    match min {
+        None => Ok(0),
+        Some(n) if n < 0 => Err(ApiError::invalid("min_tokens", format!("`min_tokens` must be at least 0, got {n}"))),
+        Some(n) if max_tokens.is_some_and(|max| n > i64::from(max)) => {
+            Err(ApiError::invalid("min_tokens", format!("`min_tokens` ({n}) must not exceed `{max_param}`")))
+        }
+        Some(n) => Ok(u32::try_from(n).unwrap_or(u32::MAX)),
     }
 }
 
