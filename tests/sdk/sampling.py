@@ -78,13 +78,16 @@ def main(base: str) -> None:
     assert story(**hot) != greedy
 
     # vLLM's min_tokens (AIPerf's `--extra-inputs min_tokens:N` for fixed output lengths).
-    short = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Say hi."}])
+    short = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "Say hi."}], temperature=0, max_tokens=200
+    )
     assert short.choices[0].finish_reason == "stop", short
     natural = short.usage.completion_tokens
     longer = client.chat.completions.create(
         model=model,
         messages=[{"role": "user", "content": "Say hi."}],
         max_tokens=natural + 40,
+        temperature=0,
         extra_body={"min_tokens": natural + 20},
     )
     assert longer.usage.completion_tokens >= natural + 20, (natural, longer.usage)
