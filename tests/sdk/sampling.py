@@ -1,7 +1,8 @@
-"""Logit bias, presence/frequency/repetition penalties, min-p and min-tokens through the
-official `openai` SDK: its own parameters (`logit_bias`, `presence_penalty`,
-`frequency_penalty`) and vLLM's in `extra_body` (`repetition_penalty`, `min_p`,
-`min_tokens`), each changing the output.
+"""Logit bias, presence/frequency/repetition penalties, min-p and vLLM's stop and length
+controls through the official `openai` SDK: its own parameters (`logit_bias`,
+`presence_penalty`, `frequency_penalty`) and vLLM's in `extra_body` (`repetition_penalty`,
+`min_p`, `min_tokens`, `include_stop_str_in_output`, `truncate_prompt_tokens`), each
+changing the output.
 
 Run by crates/server/tests/openai_sdk.rs against a real `rillm serve` on loopback:
     python3 tests/sdk/sampling.py http://127.0.0.1:PORT
@@ -92,6 +93,16 @@ def main(base: str) -> None:
     )
     assert longer.usage.completion_tokens >= natural + 20, (natural, longer.usage)
     print("min_tokens:", natural, "->", longer.usage.completion_tokens)
+
+    # vLLM's include_stop_str_in_output and truncate_prompt_tokens.
+    plain_story = story(temperature=0, max_tokens=24)
+    stop = plain_story.split()[2]
+    kept = story(temperature=0, max_tokens=24, stop=[stop], extra_body={"include_stop_str_in_output": True})
+    assert kept == plain_story[: plain_story.index(stop) + len(stop)], (kept, plain_story)
+    cut = client.completions.create(
+        model=model, prompt="One two three four five six seven", max_tokens=2, extra_body={"truncate_prompt_tokens": 3}
+    )
+    assert cut.usage.prompt_tokens == 3, cut.usage
 
     try:
         client.chat.completions.create(model=model, messages=messages, presence_penalty=3)

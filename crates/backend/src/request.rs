@@ -210,8 +210,15 @@ pub struct GenerateRequest {
     /// Completion tokens at most; `None` means "until the sequence's context is full"; 0
     /// computes the prompt only (to score it, or to cache it for later requests).
     pub max_tokens: Option<u32>,
-    /// Generation stops before the first occurrence of any of these; it is never streamed.
+    /// Generation stops at the first occurrence of any of these, which is not streamed
+    /// (unless `include_stop_str`).
     pub stop: Vec<String>,
+    /// The stop string that ended the output ends the text too (vLLM's
+    /// `include_stop_str_in_output`).
+    pub include_stop_str: bool,
+    /// Only the prompt's last this many tokens are used (vLLM's `truncate_prompt_tokens`,
+    /// left truncation); more than the context holds means as many as it holds.
+    pub truncate_prompt_tokens: Option<u32>,
     /// Generation stops at any of these tokens (vLLM's `stop_token_ids`), which is counted
     /// but not streamed, as an end-of-generation token.
     pub stop_token_ids: Vec<TokenId>,
@@ -243,6 +250,8 @@ impl GenerateRequest {
             sampling: SamplingParams::default(),
             max_tokens: None,
             stop: Vec::new(),
+            include_stop_str: false,
+            truncate_prompt_tokens: None,
             stop_token_ids: Vec::new(),
             min_tokens: 0,
             ignore_eos: false,

@@ -156,11 +156,15 @@ impl Engine {
         let vocab = inner.tokenizer.vocab_size();
         check_field_tokens("logit_bias", request.sampling.logit_bias.iter().map(|b| b.0), vocab)?;
         check_field_tokens("stop_token_ids", request.stop_token_ids.iter().copied(), vocab)?;
-        let prompt = self.tokenize_prompt(&request.prompt)?;
+        let mut prompt = self.tokenize_prompt(&request.prompt)?;
         if prompt.is_empty() {
             return Err(Rejected::EmptyPrompt);
         }
         let context = inner.ctx_per_sequence as usize;
+        if let Some(keep) = request.truncate_prompt_tokens {
+            let keep = (keep as usize).min(context);
+            prompt.drain(..prompt.len().saturating_sub(keep));
+        }
         let max_tokens = match request.max_tokens {
             // The prompt is computed (and scored, or cached for a later request), nothing more.
             Some(0) => 0,
@@ -211,6 +215,7 @@ impl Engine {
             max_tokens: max_tokens as u32,
             sampling: request.sampling,
             stop: request.stop,
+            include_stop_str: request.include_stop_str,
             stop_token_ids: request.stop_token_ids,
             min_tokens: request.min_tokens,
             ignore_eos: request.ignore_eos,

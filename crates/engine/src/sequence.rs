@@ -29,6 +29,8 @@ pub(crate) struct PendingRequest {
     pub max_tokens: u32,
     pub sampling: SamplingParams,
     pub stop: Vec<String>,
+    /// The matched stop string is streamed as the text's end.
+    pub include_stop_str: bool,
     /// Tokens that end the output as end of generation does (`stop_token_ids`).
     pub stop_token_ids: Vec<TokenId>,
     /// Output tokens before anything may end it (`min_tokens`).
@@ -91,6 +93,7 @@ impl PendingRequest {
             max_tokens,
             sampling: SamplingParams::greedy(),
             stop: Vec::new(),
+            include_stop_str: false,
             stop_token_ids: Vec::new(),
             min_tokens: 0,
             ignore_eos: false,
@@ -169,7 +172,11 @@ pub(crate) struct Sequence {
 impl Sequence {
     /// `reused` prompt tokens are already in the slot's KV cache.
     pub fn new(request: PendingRequest, reused: u32) -> Self {
-        let text = TextStream::new(&request.stop);
+        let text = if request.include_stop_str {
+            TextStream::new(&request.stop).including_stops()
+        } else {
+            TextStream::new(&request.stop)
+        };
         let logit_adjust =
             LogitAdjust::new(&request.sampling, &request.prompt, request.min_tokens, &request.stop_token_ids);
         Self {

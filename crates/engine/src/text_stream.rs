@@ -20,6 +20,8 @@ pub enum TextPiece {
 #[derive(Debug, Default)]
 pub struct TextStream {
     stops: Vec<String>,
+    /// The stop string that matched ends the text rather than being cut off.
+    include_stop: bool,
     /// Bytes of an incomplete trailing UTF-8 character.
     partial: Vec<u8>,
     /// Decoded text that may be the start of a stop string.
@@ -33,13 +35,19 @@ impl TextStream {
         Self { stops, ..Self::default() }
     }
 
+    /// The matched stop string is sent as the text's end (vLLM's `include_stop_str_in_output`).
+    pub fn including_stops(mut self) -> Self {
+        self.include_stop = true;
+        self
+    }
+
     pub fn push(&mut self, token: TokenId, bytes: &[u8]) -> TextPiece {
         self.pending_ids.push(token);
         self.partial.extend_from_slice(bytes);
         decode_complete_prefix(&mut self.partial, &mut self.held);
 
-        if let Some(at) = self.earliest_stop() {
-            self.held.truncate(at);
+        if let Some((at, len)) = self.earliest_stop() {
+            self.held.truncate(if self.include_stop { at + len } else { at });
             return TextPiece::Stopped {
                 text: std::mem::take(&mut self.held),
                 token_ids: std::mem::take(&mut self.pending_ids),
@@ -78,8 +86,9 @@ impl TextStream {
         (!text.is_empty() || !ids.is_empty()).then_some((text, ids))
     }
 
-    fn earliest_stop(&self) -> Option<usize> {
-        self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min()
+    /// Where the earliest stop string starts in `held`, and its length.
+    fn earliest_stop(&self) -> Option<(usize, usize)> {
+        self.stops.iter().filter_map(|s| Some((self.held.find(s.as_str())?, s.len()))).min_by_key(|&(at, _)| at)
     }
 
     /// Length of the longest suffix of `held` that is a proper prefix of a stop string.
@@ -200,5 +209,12 @@ mod tests {
         assert_eq!(s.push_unchecked(4, &e_acute[1..]), TextPiece::Text { text: "é".into(), token_ids: vec![3, 4] });
         // Looked for again from here on.
         assert_eq!(s.push(5, b" END"), TextPiece::Stopped { text: " ".into(), token_ids: vec![5] });
+    }
+
+    #[test]
+    fn an_included_stop_string_ends_the_text() {
+        let mut s = TextStream::new(&["END".to_string()]).including_stops();
+        assert_eq!(text(s.push(1, b"hello E")), "hello ");
+        assert_eq!(s.push(2, b"ND and more"), TextPiece::Stopped { text: "END".into(), token_ids: vec![2] });
     }
 }

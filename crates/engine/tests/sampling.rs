@@ -1,6 +1,6 @@
-//! Logit bias, repetition penalties and min-p on the real default model: each changes
-//! what is sampled the way OpenAI and vLLM define it, greedy decoding included, and
-//! speculation keeps a penalised greedy output as it is.
+//! Logit bias, repetition penalties, min-p and vLLM's stop and length controls on the real
+//! default model: each changes the output the way OpenAI and vLLM define it, greedy
+//! decoding included, and speculation keeps a penalised greedy output as it is.
 
 mod common;
 
@@ -167,4 +167,32 @@ fn min_tokens_holds_off_every_way_of_ending_and_stop_token_ids_end_the_output() 
     let (held_text, _, done) = collect(engine.submit(held).expect("admitted"));
     assert!(done.usage.completion_tokens >= 6, "{done:?} {held_text:?}");
     assert!(held_text.starts_with(&stopped_text) && held_text.len() > stopped_text.len(), "{held_text:?}");
+}
+
+#[test]
+fn an_included_stop_string_ends_the_text_and_a_truncated_prompt_keeps_its_end() {
+    let _g = serial();
+    let engine = engine(1, 2, 512);
+    let (plain, _, _) = collect(engine.submit(greedy("The capital of France is", 24)).expect("admitted"));
+    let stop = plain.split_whitespace().nth(2).expect("a few words").to_string();
+    let stopped = |include: bool| {
+        let mut request = greedy("The capital of France is", 24).with_stop(vec![stop.clone()]);
+        request.include_stop_str = include;
+        collect(engine.submit(request).expect("admitted")).0
+    };
+    let cut = &plain[..plain.find(&stop).expect("in the text")];
+    assert_eq!(stopped(false), cut);
+    assert_eq!(stopped(true), format!("{cut}{stop}"));
+
+    // Only the last 8 tokens: the same as sending those 8 alone.
+    let long = "Here is a long preamble that the model will never see. The capital of France is";
+    let ids = engine.tokenize_text(long, true);
+    let mut truncated = greedy(long, 12);
+    truncated.truncate_prompt_tokens = Some(8);
+    let (text, _, done) = collect(engine.submit(truncated).expect("admitted"));
+    assert_eq!(done.usage.prompt_tokens, 8);
+    let tail = GenerateRequest::new(rillm_engine::Prompt::Tokens(ids[ids.len() - 8..].to_vec()))
+        .with_max_tokens(12)
+        .with_sampling(SamplingParams::greedy());
+    assert_eq!(collect(engine.submit(tail).expect("admitted")).0, text);
 }

@@ -40,6 +40,9 @@ pub struct GenerationParams {
     /// vLLM's: tokens that end the output, and how long it is before anything may end it.
     pub stop_token_ids: Option<Vec<i64>>,
     pub min_tokens: Option<i64>,
+    /// vLLM's: the matched stop string ends the text; only the prompt's last N tokens.
+    pub include_stop_str_in_output: Option<bool>,
+    pub truncate_prompt_tokens: Option<i64>,
     pub ignore_eos: Option<bool>,
 }
 
@@ -81,6 +84,19 @@ impl GenerationParams {
         let mut request = GenerateRequest::new(prompt).with_sampling(sampling).with_stop(stop);
         request.stop_token_ids = stop_token_ids;
         request.min_tokens = min_tokens;
+        request.include_stop_str = self.include_stop_str_in_output.unwrap_or(false);
+        request.truncate_prompt_tokens = match self.truncate_prompt_tokens {
+            None => None,
+            // vLLM's -1: as many as the context holds.
+            Some(-1) => Some(u32::MAX),
+            Some(n) if n >= 1 => Some(u32::try_from(n).unwrap_or(u32::MAX)),
+            Some(n) => {
+                return Err(ApiError::invalid(
+                    "truncate_prompt_tokens",
+                    format!("`truncate_prompt_tokens` must be -1 (the context) or at least 1, got {n}"),
+                ))
+            }
+        };
         request.max_tokens = max_tokens;
         request.ignore_eos = self.ignore_eos.unwrap_or(false);
         request.n = n;

@@ -103,6 +103,18 @@ fn cases() -> Vec<Case> {
             Some("add_generation_prompt"),
         ),
         case("/tokenize", json!({"prompt": "Hi", "add_generation_prompt": false}), 400, Some("prompt")),
+        case(
+            "/v1/completions",
+            json!({"prompt": "Hi", "truncate_prompt_tokens": 0}),
+            400,
+            Some("truncate_prompt_tokens"),
+        ),
+        case(
+            "/v1/chat/completions",
+            json!({"messages": msg, "include_stop_str_in_output": 1}),
+            400,
+            Some("include_stop_str_in_output"),
+        ),
         case("/v1/chat/completions", json!({"messages": msg, "seed": "7"}), 400, Some("seed")),
         case("/v1/chat/completions", json!({"messages": []}), 400, Some("messages")),
         case("/v1/chat/completions", json!({"messages": "Hi"}), 400, Some("messages")),

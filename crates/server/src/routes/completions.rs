@@ -74,6 +74,8 @@ pub struct CompletionBody {
     stop: Option<StopInput>,
     stop_token_ids: Option<Vec<i64>>,
     min_tokens: Option<i64>,
+    include_stop_str_in_output: Option<bool>,
+    truncate_prompt_tokens: Option<i64>,
     #[serde(default)]
     stream: bool,
     stream_options: Option<StreamOptions>,
@@ -125,6 +127,8 @@ pub async fn completions(
         stop: body.stop,
         stop_token_ids: body.stop_token_ids,
         min_tokens: body.min_tokens,
+        include_stop_str_in_output: body.include_stop_str_in_output,
+        truncate_prompt_tokens: body.truncate_prompt_tokens,
         ignore_eos: body.ignore_eos,
     }
     .into_request(prompt)?;

@@ -36,6 +36,8 @@ pub struct GenerateBody {
     stop: Option<StopInput>,
     stop_token_ids: Option<Vec<i64>>,
     min_tokens: Option<i64>,
+    include_stop_str_in_output: Option<bool>,
+    truncate_prompt_tokens: Option<i64>,
     /// Wrap the prompt as one user message and apply the model's chat template.
     #[serde(default)]
     chat: bool,
@@ -94,6 +96,8 @@ pub async fn generate(
         stop: body.stop,
         stop_token_ids: body.stop_token_ids,
         min_tokens: body.min_tokens,
+        include_stop_str_in_output: body.include_stop_str_in_output,
+        truncate_prompt_tokens: body.truncate_prompt_tokens,
         ignore_eos: body.ignore_eos,
         ..GenerationParams::default()
     }
