@@ -113,6 +113,8 @@ pub struct SamplingParams {
     /// Added to these tokens' logits before sampling, greedy decoding included (OpenAI's
     /// `logit_bias`: -100 bans a token, 100 all but forces it).
     pub logit_bias: Vec<(TokenId, f32)>,
+    /// Only these tokens may be sampled (vLLM's `allowed_token_ids`); empty: any.
+    pub allowed_token_ids: Vec<TokenId>,
     pub penalties: Penalties,
 }
 
@@ -125,6 +127,7 @@ impl Default for SamplingParams {
             seed: None,
             min_p: 0.0,
             logit_bias: Vec::new(),
+            allowed_token_ids: Vec::new(),
             penalties: Penalties::default(),
         }
     }

@@ -156,6 +156,7 @@ impl Engine {
         let vocab = inner.tokenizer.vocab_size();
         check_field_tokens("logit_bias", request.sampling.logit_bias.iter().map(|b| b.0), vocab)?;
         check_field_tokens("stop_token_ids", request.stop_token_ids.iter().copied(), vocab)?;
+        check_field_tokens("allowed_token_ids", request.sampling.allowed_token_ids.iter().copied(), vocab)?;
         let mut prompt = self.tokenize_prompt(&request.prompt)?;
         if prompt.is_empty() {
             return Err(Rejected::EmptyPrompt);

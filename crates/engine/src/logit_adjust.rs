@@ -1,7 +1,7 @@
 //! What a request changes about the model's logits before its sampler picks a token,
-//! greedy or not: logit bias and repetition penalties (`SamplingParams::logit_bias`,
-//! `Penalties`) in vLLM's order and formulas (bias, then repetition, frequency and
-//! presence), and `min_tokens`' ban on ending tokens. They depend on the tokens produced so
+//! greedy or not: vLLM's `allowed_token_ids`, logit bias and repetition penalties
+//! (`SamplingParams::logit_bias`, `Penalties`) in vLLM's order and formulas (bias, then
+//! repetition, frequency and presence), and `min_tokens`' ban on ending tokens. They depend on the tokens produced so
 //! far, so the sequence keeps the counts and every row it samples reads them: a draft's row
 //! sees the drafts kept before it, exactly as plain decoding would have.
 
@@ -14,6 +14,8 @@ use crate::runtime::TokenId;
 #[derive(Debug, Clone)]
 pub struct LogitAdjust {
     bias: Vec<(TokenId, f32)>,
+    /// Sorted; the only tokens that may be sampled (empty: any).
+    allowed: Vec<TokenId>,
     penalties: Penalties,
     /// How often each token is in the output so far (kept only under a penalty).
     output_counts: HashMap<TokenId, u32>,
@@ -36,13 +38,20 @@ impl LogitAdjust {
         min_tokens: u32,
         stop_token_ids: &[TokenId],
     ) -> Option<Self> {
-        if sampling.logit_bias.is_empty() && sampling.penalties.is_neutral() && min_tokens == 0 {
+        let nothing_asked = sampling.logit_bias.is_empty()
+            && sampling.allowed_token_ids.is_empty()
+            && sampling.penalties.is_neutral()
+            && min_tokens == 0;
+        if nothing_asked {
             return None;
         }
+        let mut allowed = sampling.allowed_token_ids.clone();
+        allowed.sort_unstable();
         let prompt_tokens =
             if sampling.penalties.repetition != 1.0 { prompt.iter().copied().collect() } else { HashSet::new() };
         Some(Self {
             bias: sampling.logit_bias.clone(),
+            allowed,
             penalties: sampling.penalties,
             output_counts: HashMap::new(),
             prompt_tokens,
@@ -64,6 +73,13 @@ impl LogitAdjust {
     /// while the output is shorter than `min_tokens` bans `end_of_generation` and the
     /// request's stop tokens (vLLM's `min_tokens`).
     pub fn apply(&self, logits: &mut [f32], end_of_generation: &[TokenId]) {
+        if !self.allowed.is_empty() {
+            for (token, l) in logits.iter_mut().enumerate() {
+                if self.allowed.binary_search(&(token as TokenId)).is_err() {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
         if self.output_len < self.min_tokens {
             for &token in end_of_generation.iter().chain(&self.stop_token_ids) {
                 if let Some(l) = logits.get_mut(token as usize) {
@@ -161,6 +177,15 @@ mod tests {
         let mut logits = fresh();
         a.apply(&mut logits, &[0]);
         assert_eq!(logits, fresh(), "two tokens out: anything may end it");
+    }
+
+    #[test]
+    fn only_allowed_tokens_keep_their_logits() {
+        let sampling = SamplingParams { allowed_token_ids: vec![3, 1], ..Default::default() };
+        let a = LogitAdjust::new(&sampling, &[], 0, &[]).expect("allowed");
+        let mut logits = [1.0, 2.0, 3.0, 4.0];
+        a.apply(&mut logits, &[]);
+        assert_eq!(logits, [f32::NEG_INFINITY, 2.0, f32::NEG_INFINITY, 4.0]);
     }
 
     #[test]

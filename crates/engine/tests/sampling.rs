@@ -41,6 +41,10 @@ fn logit_bias_forces_and_bans_tokens_under_greedy_decoding() {
     let first = plain[0];
     let banned = ids(&engine, with(greedy("The capital of France is", 8), |s| s.logit_bias = vec![(first, -100.0)]));
     assert!(!banned.contains(&first), "-100 bans {first}: {banned:?}");
+    // vLLM's allowed_token_ids: nothing else is sampled.
+    let pair = [banana, first];
+    let allowed = ids(&engine, with(greedy("The capital of France is", 8), |s| s.allowed_token_ids = pair.to_vec()));
+    assert!(allowed.len() == 8 && allowed.iter().all(|t| pair.contains(t)), "{allowed:?}");
     // Outside the vocabulary: refused, naming the field.
     let outside = with(greedy("Hi", 4), |s| s.logit_bias = vec![(1 << 30, 1.0)]);
     match engine.submit(outside).err() {

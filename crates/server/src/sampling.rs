@@ -24,6 +24,8 @@ pub struct SamplingFields {
     repetition_penalty: Option<Value>,
     /// OpenAI's `{"token id": bias}`, bias from -100 to 100.
     logit_bias: Option<Value>,
+    /// vLLM's: the only tokens that may be sampled.
+    allowed_token_ids: Option<Value>,
 }
 
 impl SamplingFields {
@@ -73,6 +75,7 @@ impl SamplingFields {
             seed: integer("seed", self.seed)?.map(|s| s as u64),
             min_p,
             logit_bias: logit_bias(self.logit_bias)?,
+            allowed_token_ids: allowed_token_ids(self.allowed_token_ids)?,
             penalties: Penalties { presence, frequency, repetition },
         })
     }
@@ -105,6 +108,19 @@ fn in_range(param: &'static str, value: f64, low: f64, high: f64) -> Result<f32,
         Ok(value as f32)
     } else {
         Err(ApiError::invalid(param, format!("`{param}` must be between {low} and {high}, got {value}")))
+    }
+}
+
+/// A non-empty list of token ids; `null` is none.
+fn allowed_token_ids(value: Option<Value>) -> Result<Vec<TokenId>, ApiError> {
+    let invalid =
+        || ApiError::invalid("allowed_token_ids", "`allowed_token_ids` must be a non-empty list of token ids");
+    match value {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(ids)) if !ids.is_empty() => {
+            ids.iter().map(|id| id.as_u64().and_then(|id| TokenId::try_from(id).ok()).ok_or_else(invalid)).collect()
+        }
+        Some(_) => Err(invalid()),
     }
 }
 
@@ -149,7 +165,7 @@ mod tests {
         let p = params(json!({
             "temperature": 0.5, "top_p": 0.9, "top_k": 40, "min_p": 0.1, "seed": 3,
             "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.2,
-            "logit_bias": {"7": 100, " 12": -100, "3": 0.5}
+            "logit_bias": {"7": 100, " 12": -100, "3": 0.5}, "allowed_token_ids": [3, 7]
         }))
         .expect("valid");
         assert_eq!((p.temperature, p.top_p, p.top_k, p.min_p, p.seed), (0.5, 0.9, 40, 0.1, Some(3)));
@@ -157,6 +173,7 @@ mod tests {
         let mut bias = p.logit_bias.clone();
         bias.sort_by_key(|b| b.0);
         assert_eq!(bias, vec![(3, 0.5), (7, 100.0), (12, -100.0)]);
+        assert_eq!(p.allowed_token_ids, vec![3, 7]);
     }
 
     #[test]
@@ -184,6 +201,8 @@ mod tests {
             (json!({"temperature": "hot"}), "temperature"),
             (json!({"top_k": 2.5}), "top_k"),
             (json!({"seed": "7"}), "seed"),
+            (json!({"allowed_token_ids": []}), "allowed_token_ids"),
+            (json!({"allowed_token_ids": [1, -2]}), "allowed_token_ids"),
         ] {
             assert_eq!(refused(body.clone()), param, "{body}");
         }

@@ -221,15 +221,31 @@ fn choices(value: Value, param: &str) -> Result<Vec<String>, ApiError> {
 const NO_EFFECT_FIELDS: &[&str] =
     &["user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"];
 
+/// Whether a field's value is the one rillm always has.
+type IsDefault = fn(&Value) -> bool;
+
+/// vLLM's fields whose default is what rillm always does: accepted at that value only
+/// (text without special tokens; no priority scheduling, where vLLM too refuses a priority).
+const DEFAULT_ONLY_FIELDS: &[(&str, IsDefault)] = &[
+    ("skip_special_tokens", |v| v == &Value::Bool(true)),
+    ("spaces_between_special_tokens", |v| v == &Value::Bool(true)),
+    ("priority", |v| v.as_i64() == Some(0)),
+];
+
 /// Every field of an OpenAI request that the endpoint did not take is refused by name
 /// (`prediction`, `reasoning_effort`, `modalities`, ...) unless it cannot change the output:
 /// a client must never get plain output for a request it shaped with a field rillm
 /// silently dropped. `null` counts as absent.
 pub fn refuse_unknown_fields(fields: &Map<String, Value>) -> Result<(), ApiError> {
-    match fields.iter().find(|(k, v)| !v.is_null() && !NO_EFFECT_FIELDS.contains(&k.as_str())) {
-        Some((key, _)) => Err(ApiError::invalid(key.clone(), format!("`{key}` is not supported by this server"))),
-        None => Ok(()),
+    for (key, value) in fields.iter().filter(|(k, v)| !v.is_null() && !NO_EFFECT_FIELDS.contains(&k.as_str())) {
+        let message = match DEFAULT_ONLY_FIELDS.iter().find(|(name, _)| name == key) {
+            Some((_, is_default)) if is_default(value) => continue,
+            Some(_) => format!("`{key}` is supported at its default only ({key}: {value} is not)"),
+            None => format!("`{key}` is not supported by this server"),
+        };
+        return Err(ApiError::invalid(key.clone(), message));
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -308,5 +324,13 @@ mod tests {
         let error =
             refuse_unknown_fields(&fields(json!({"user": "u", "prediction": {"content": "x"}}))).expect_err("refused");
         assert_eq!(error.param.as_deref(), Some("prediction"));
+        // vLLM's fields at the value rillm always has are accepted; any other is refused.
+        assert!(refuse_unknown_fields(&fields(json!({"skip_special_tokens": true, "priority": 0}))).is_ok());
+        for (body, param) in
+            [(json!({"skip_special_tokens": false}), "skip_special_tokens"), (json!({"priority": 5}), "priority")]
+        {
+            let error = refuse_unknown_fields(&fields(body)).expect_err("refused");
+            assert_eq!(error.param.as_deref(), Some(param));
+        }
     }
 }
