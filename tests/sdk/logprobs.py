@@ -5,8 +5,10 @@ Run by crates/server/tests/openai_sdk.rs against a real `rillm serve` on loopbac
     python3 tests/sdk/logprobs.py http://127.0.0.1:PORT
 """
 
+import json
 import math
 import sys
+import urllib.request
 
 import openai
 
@@ -45,6 +47,23 @@ def main(base: str) -> None:
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) > 0, lp
     assert "".join(lp.tokens) == legacy.choices[0].text
     print("completions:", list(zip(lp.tokens, lp.token_logprobs)))
+
+    # vLLM's return_tokens_as_token_ids: the same tokens, named by id (which detokenize to
+    # the reply), the same values.
+    by_id = client.chat.completions.create(
+        model=model, messages=messages, max_tokens=8, temperature=0, logprobs=True, top_logprobs=3,
+        extra_body={"return_tokens_as_token_ids": True},
+    )
+    named = by_id.choices[0].logprobs.content
+    assert all(e.token.startswith("token_id:") for e in named), named
+    ids = [int(e.token.removeprefix("token_id:")) for e in named]
+    request = urllib.request.Request(
+        base + "/detokenize", data=json.dumps({"tokens": ids}).encode(), headers={"content-type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert json.load(response)["prompt"] == completion.choices[0].message.content
+    assert all(math.isclose(a.logprob, b.logprob, abs_tol=0.05) for a, b in zip(named, content))
+    print("token ids:", ids)
 
     # Prompt scoring, as evaluation harnesses ask for it: echo, logprobs, nothing generated.
     scored = client.completions.create(model=model, prompt="One, two, three,", max_tokens=0, echo=True, logprobs=1)

@@ -5,7 +5,7 @@
 //! The values are the engine's: the raw model distribution (log-softmax of the logits,
 //! before temperature, top-k/top-p and constraint masks), as vLLM reports by default.
 
-use rillm_backend::{PromptToken, TokenLogprob, TopLogprob};
+use rillm_backend::{PromptToken, TokenId, TokenLogprob, TopLogprob};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -48,6 +48,41 @@ fn text_of(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// How chat and completions name a token in their log-probabilities: by its text, or as
+/// `token_id:N` (vLLM's `return_tokens_as_token_ids`, for clients that need the exact ids;
+/// a token's text can be part of a character, or the same as another token's).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TokenNames {
+    #[default]
+    Text,
+    Ids,
+}
+
+impl TokenNames {
+    pub fn from_request(return_tokens_as_token_ids: Option<bool>) -> Self {
+        if return_tokens_as_token_ids.unwrap_or(false) {
+            Self::Ids
+        } else {
+            Self::Text
+        }
+    }
+
+    fn name(self, token: TokenId, bytes: &[u8]) -> String {
+        match self {
+            Self::Text => text_of(bytes),
+            Self::Ids => format!("token_id:{token}"),
+        }
+    }
+
+    /// Chat's `bytes` are those of the name, as vLLM sends them.
+    fn bytes(self, token: TokenId, bytes: &[u8]) -> Vec<u8> {
+        match self {
+            Self::Text => bytes.to_vec(),
+            Self::Ids => self.name(token, bytes).into_bytes(),
+        }
+    }
+}
+
 #[derive(Serialize)]
 pub struct ChatTop {
     token: String,
@@ -65,17 +100,21 @@ pub struct ChatEntry {
 }
 
 /// Chat's `{"content": [...]}` for these tokens.
-pub fn chat(logprobs: &[TokenLogprob]) -> Value {
+pub fn chat(logprobs: &[TokenLogprob], names: TokenNames) -> Value {
     let content: Vec<ChatEntry> = logprobs
         .iter()
         .map(|l| ChatEntry {
-            token: text_of(&l.bytes),
+            token: names.name(l.token, &l.bytes),
             logprob: l.logprob,
-            bytes: l.bytes.clone(),
+            bytes: names.bytes(l.token, &l.bytes),
             top_logprobs: l
                 .top
                 .iter()
-                .map(|t| ChatTop { token: text_of(&t.bytes), logprob: t.logprob, bytes: t.bytes.clone() })
+                .map(|t| ChatTop {
+                    token: names.name(t.token, &t.bytes),
+                    logprob: t.logprob,
+                    bytes: names.bytes(t.token, &t.bytes),
+                })
                 .collect(),
         })
         .collect();
@@ -86,6 +125,8 @@ pub fn chat(logprobs: &[TokenLogprob]) -> Value {
 /// `text_offset`), built token by token: the echoed prompt's, then the completion's.
 #[derive(Default, Serialize)]
 pub struct CompletionLogprobs {
+    #[serde(skip)]
+    names: TokenNames,
     tokens: Vec<String>,
     /// `null` for the first prompt token: nothing before it predicts it.
     token_logprobs: Vec<Option<f32>>,
@@ -94,28 +135,38 @@ pub struct CompletionLogprobs {
 }
 
 impl CompletionLogprobs {
+    pub fn new(names: TokenNames) -> Self {
+        Self { names, ..Self::default() }
+    }
+
     /// `offset`: where the next token's text starts in the choice's text (streams carry it
-    /// from chunk to chunk).
-    fn push(&mut self, bytes: &[u8], logprob: Option<f32>, top: Option<&[TopLogprob]>, offset: &mut usize) {
-        let token = text_of(bytes);
+    /// from chunk to chunk); the text's, whatever names the tokens have.
+    fn push(
+        &mut self,
+        (token, bytes): (TokenId, &[u8]),
+        logprob: Option<f32>,
+        top: Option<&[TopLogprob]>,
+        offset: &mut usize,
+    ) {
         self.text_offset.push(*offset);
-        *offset += token.len();
-        self.tokens.push(token);
+        *offset += text_of(bytes).len();
+        self.tokens.push(self.names.name(token, bytes));
         self.token_logprobs.push(logprob);
+        let names = self.names;
         self.top_logprobs
-            .push(top.map(|top| top.iter().map(|t| (text_of(&t.bytes), Value::from(t.logprob))).collect()));
+            .push(top.map(|top| top.iter().map(|t| (names.name(t.token, &t.bytes), Value::from(t.logprob))).collect()));
     }
 
     pub fn add_prompt(&mut self, prompt: &[PromptToken], offset: &mut usize) {
         for p in prompt {
             let top = p.logprob.is_some().then_some(p.top.as_slice());
-            self.push(&p.bytes, p.logprob, top, offset);
+            self.push((p.token, &p.bytes), p.logprob, top, offset);
         }
     }
 
     pub fn add_generated(&mut self, logprobs: &[TokenLogprob], offset: &mut usize) {
         for l in logprobs {
-            self.push(&l.bytes, Some(l.logprob), Some(&l.top), offset);
+            self.push((l.token, &l.bytes), Some(l.logprob), Some(&l.top), offset);
         }
     }
 
@@ -125,8 +176,8 @@ impl CompletionLogprobs {
 }
 
 /// Completions' lists for these generated tokens.
-pub fn completions(logprobs: &[TokenLogprob], offset: &mut usize) -> Value {
-    let mut lists = CompletionLogprobs::default();
+pub fn completions(logprobs: &[TokenLogprob], offset: &mut usize, names: TokenNames) -> Value {
+    let mut lists = CompletionLogprobs::new(names);
     lists.add_generated(logprobs, offset);
     lists.into_value()
 }
@@ -182,8 +233,8 @@ mod tests {
     #[test]
     fn completions_lists_run_in_parallel_with_offsets_across_chunks() {
         let mut offset = 0;
-        let first = completions(&[token(b" Hello", -0.5)], &mut offset);
-        let second = completions(&[token(b" world", -1.5)], &mut offset);
+        let first = completions(&[token(b" Hello", -0.5)], &mut offset, TokenNames::Text);
+        let second = completions(&[token(b" world", -1.5)], &mut offset, TokenNames::Text);
         assert_eq!(first["text_offset"], serde_json::json!([0]));
         assert_eq!(second["text_offset"], serde_json::json!([6]));
         assert_eq!(second["tokens"], serde_json::json!([" world"]));
@@ -201,8 +252,20 @@ mod tests {
         assert_eq!(echoed["top_logprobs"][0], Value::Null, "the first prompt token has no alternatives");
         assert_eq!(echoed["text_offset"], serde_json::json!([0, 2, 8]));
         assert_eq!(prompt_text(&prompt), "Hi there");
-        let entry = &chat(&[token(b"\xe2\x82", -0.25)])["content"][0];
+        let entry = &chat(&[token(b"\xe2\x82", -0.25)], TokenNames::Text)["content"][0];
         assert_eq!(entry["bytes"], serde_json::json!([0xe2, 0x82]), "partial UTF-8 keeps its bytes");
         assert_eq!(entry["top_logprobs"].as_array().map(Vec::len), Some(2));
+    }
+
+    #[test]
+    fn tokens_named_by_id_keep_the_text_offsets() {
+        let mut offset = 0;
+        let lists = completions(&[token(b" Hello", -0.5), token(b"!", -1.0)], &mut offset, TokenNames::Ids);
+        assert_eq!(lists["tokens"], serde_json::json!(["token_id:1", "token_id:1"]));
+        assert_eq!(lists["top_logprobs"][0]["token_id:2"], -1.5);
+        assert_eq!(lists["text_offset"], serde_json::json!([0, 6]), "offsets still index the text");
+        let entry = &chat(&[token(b"\xe2\x82", -0.25)], TokenNames::Ids)["content"][0];
+        assert_eq!((&entry["token"], &entry["bytes"]), (&Value::from("token_id:1"), &serde_json::json!(b"token_id:1")));
+        assert_eq!(entry["top_logprobs"][1]["token"], "token_id:2");
     }
 }

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use crate::admission::admit;
 use crate::error::ApiError;
 use crate::json::JsonBody;
+use crate::logprobs::TokenNames;
 use crate::openai::{
     openai_finish_reason, respond, usage_json, GenerationParams, ResponseMeta, SamplingFields, StopInput, StreamOptions,
 };
@@ -41,6 +42,8 @@ pub struct ChatBody {
     #[serde(default)]
     logprobs: bool,
     top_logprobs: Option<i64>,
+    /// vLLM's: log-probabilities name tokens `token_id:N`.
+    return_tokens_as_token_ids: Option<bool>,
     tools: Option<Value>,
     tool_choice: Option<Value>,
     parallel_tool_calls: Option<Value>,
@@ -189,6 +192,7 @@ pub async fn chat_completions(
     let received = Instant::now();
     state.check_model(body.model.as_deref())?;
     let logprobs = crate::logprobs::chat_request(body.logprobs, body.top_logprobs)?;
+    let token_names = TokenNames::from_request(body.return_tokens_as_token_ids);
     for (present, param) in [(&body.functions, "functions"), (&body.function_call, "function_call")] {
         if present.as_ref().is_some_and(|v| !v.is_null()) {
             return Err(ApiError::invalid(param, format!("`{param}` is deprecated; send `tools` and `tool_choice`")));
@@ -236,8 +240,14 @@ pub async fn chat_completions(
     let admitted = admit(&state, "chat", fields, request, received).await?;
     let meta = ResponseMeta::new("chatcmpl", &admitted, &state, stream_usage);
     let parsers = tools.is_some().then(|| (0..admitted.choices).map(|i| call_parser(&meta.id, i, format)).collect());
-    let format =
-        ChatFormat { meta, logprobs: logprobs.is_some(), choices: admitted.choices, parsers, tool_format: format };
+    let format = ChatFormat {
+        meta,
+        logprobs: logprobs.is_some(),
+        token_names,
+        choices: admitted.choices,
+        parsers,
+        tool_format: format,
+    };
     respond(admitted, format, body.stream, |f, whole| {
         let choices: Vec<Value> = whole
             .choices
@@ -251,7 +261,7 @@ pub async fn chat_completions(
                 json!({
                     "index": choice.done.index,
                     "message": message,
-                    "logprobs": f.logprobs.then(|| crate::logprobs::chat(&choice.logprobs)),
+                    "logprobs": f.logprobs.then(|| crate::logprobs::chat(&choice.logprobs, f.token_names)),
                     "finish_reason": reason,
                 })
             })
@@ -265,6 +275,8 @@ struct ChatFormat {
     meta: ResponseMeta,
     /// Whether the request asked for log-probabilities.
     logprobs: bool,
+    /// How they name tokens.
+    token_names: TokenNames,
     /// The request's `n`.
     choices: u32,
     /// With tools: each choice's text read for calls.
@@ -374,7 +386,7 @@ impl StreamFormat for ChatFormat {
 
     fn text(&mut self, index: u32, text: &str, token_ids: &[u32], logprobs: &[TokenLogprob]) -> Vec<Event> {
         self.meta.streamed(index, token_ids.len());
-        let mut logprobs = self.logprobs.then(|| crate::logprobs::chat(logprobs));
+        let mut logprobs = self.logprobs.then(|| crate::logprobs::chat(logprobs, self.token_names));
         let Some(parser) = self.parsers.as_mut().and_then(|p| p.get_mut(index as usize)) else {
             return vec![self.chunk_with(index, Delta { content: Some(text), ..Delta::default() }, logprobs, None)];
         };

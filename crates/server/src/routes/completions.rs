@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::admission::admit;
 use crate::error::ApiError;
 use crate::json::JsonBody;
-use crate::logprobs::{prompt_text, CompletionLogprobs};
+use crate::logprobs::{prompt_text, CompletionLogprobs, TokenNames};
 use crate::openai::{
     openai_finish_reason, reject_if, respond, usage_json, GenerationParams, ResponseMeta, SamplingFields, StopInput,
     StreamOptions,
@@ -81,6 +81,8 @@ pub struct CompletionBody {
     stream_options: Option<StreamOptions>,
     ignore_eos: Option<bool>,
     logprobs: Option<Value>,
+    /// vLLM's: log-probabilities name tokens `token_id:N`.
+    return_tokens_as_token_ids: Option<bool>,
     #[serde(default)]
     echo: bool,
     best_of: Option<i64>,
@@ -140,14 +142,15 @@ pub async fn completions(
     let admitted = admit(&state, "completions", fields, request, received).await?;
     let meta = ResponseMeta::new("cmpl", &admitted, &state, stream_usage);
     let text_offset = vec![0; admitted.choices as usize];
-    let format = CompletionFormat { meta, logprobs: logprobs.is_some(), echo, text_offset };
+    let token_names = TokenNames::from_request(body.return_tokens_as_token_ids);
+    let format = CompletionFormat { meta, logprobs: logprobs.is_some(), token_names, echo, text_offset };
     respond(admitted, format, body.stream, |f, whole| {
         let choices: Vec<Value> = whole
             .choices
             .iter()
             .map(|choice| {
                 let mut offset = 0;
-                let mut lists = CompletionLogprobs::default();
+                let mut lists = CompletionLogprobs::new(f.token_names);
                 let mut text = String::new();
                 match &f.echo {
                     Echo::Off => {}
@@ -197,6 +200,8 @@ struct CompletionFormat {
     meta: ResponseMeta,
     /// Whether the request asked for log-probabilities.
     logprobs: bool,
+    /// How they name tokens.
+    token_names: TokenNames,
     /// Whether, and how, each choice's text starts with the prompt.
     echo: Echo,
     /// Per choice, bytes of its text streamed so far: where its next chunk's tokens start.
@@ -240,7 +245,7 @@ impl StreamFormat for CompletionFormat {
         let text = prompt_text(prompt);
         (0..self.text_offset.len() as u32)
             .map(|index| {
-                let mut lists = CompletionLogprobs::default();
+                let mut lists = CompletionLogprobs::new(self.token_names);
                 lists.add_prompt(prompt, self.offset(index));
                 let logprobs = self.logprobs.then(|| lists.into_value());
                 self.chunk(index, &text, logprobs, None)
@@ -250,7 +255,8 @@ impl StreamFormat for CompletionFormat {
 
     fn text(&mut self, index: u32, text: &str, token_ids: &[u32], logprobs: &[TokenLogprob]) -> Vec<Event> {
         self.meta.streamed(index, token_ids.len());
-        let logprobs = self.logprobs.then(|| crate::logprobs::completions(logprobs, self.offset(index)));
+        let names = self.token_names;
+        let logprobs = self.logprobs.then(|| crate::logprobs::completions(logprobs, self.offset(index), names));
         vec![self.chunk(index, text, logprobs, None)]
     }
 
