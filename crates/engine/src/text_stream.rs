@@ -198,6 +198,7 @@ mod tests {
         assert_eq!(text(s.push(1, "aé".as_bytes())), "a");
         assert_eq!(text(s.push(2, b"y")), "éy");
     }
+
     #[test]
     fn unchecked_pieces_pass_stop_strings_and_release_what_was_held() {
         let mut s = TextStream::new(&["END".to_string()]);

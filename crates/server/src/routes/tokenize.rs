@@ -52,7 +52,11 @@ pub async fn tokenize(
     state.check_model(body.model.as_deref())?;
     let backend = state.backend().ok_or_else(|| ApiError::unavailable("the model is still loading"))?.clone();
     let (prompt, param) = match (body.prompt, body.messages) {
-        (Some(_), None) if body.add_generation_prompt.is_some() || body.continue_final_message.is_some() => {
+        (Some(_), None)
+            if body.add_generation_prompt.is_some()
+                || body.continue_final_message.is_some()
+                || body.chat_template_kwargs.is_some() =>
+        {
             return Err(ApiError::invalid("prompt", "chat layout fields go with `messages`, not `prompt`"))
         }
         (Some(text), None) => (Prompt::Text(text), "prompt"),
