@@ -19,6 +19,7 @@ mod sampling;
 mod shutdown;
 mod sse;
 mod state;
+mod stop_fields;
 mod structured;
 mod tools;
 

@@ -13,6 +13,7 @@ pub use crate::finish::openai_finish_reason;
 pub use crate::sampling::SamplingFields;
 use crate::sse::{collect, json_event, sse_response, Collected, StreamFormat};
 use crate::state::AppState;
+pub use crate::stop_fields::StopFields;
 
 /// `stop` may be one string or a list.
 #[derive(Debug, Deserialize)]
@@ -37,12 +38,8 @@ pub struct GenerationParams {
     pub default_temperature: f32,
     pub n: Option<i64>,
     pub stop: Option<StopInput>,
-    /// vLLM's: tokens that end the output, and how long it is before anything may end it.
-    pub stop_token_ids: Option<Vec<i64>>,
-    pub min_tokens: Option<i64>,
-    /// vLLM's: the matched stop string ends the text; only the prompt's last N tokens.
-    pub include_stop_str_in_output: Option<bool>,
-    pub truncate_prompt_tokens: Option<i64>,
+    /// vLLM's stop and length controls.
+    pub stop_fields: StopFields,
     pub ignore_eos: Option<bool>,
 }
 
@@ -78,50 +75,13 @@ impl GenerationParams {
             }
             Some(StopInput::Many(list)) => list,
         };
-        let stop_token_ids = stop_token_ids(self.stop_token_ids.unwrap_or_default())?;
-        let min_tokens = min_tokens(self.min_tokens, max_tokens, self.max_tokens_param)?;
         let sampling = self.sampling.into_params(self.default_temperature)?;
         let mut request = GenerateRequest::new(prompt).with_sampling(sampling).with_stop(stop);
-        request.stop_token_ids = stop_token_ids;
-        request.min_tokens = min_tokens;
-        request.include_stop_str = self.include_stop_str_in_output.unwrap_or(false);
-        request.truncate_prompt_tokens = match self.truncate_prompt_tokens {
-            None => None,
-            // vLLM's -1: as many as the context holds.
-            Some(-1) => Some(u32::MAX),
-            Some(n) if n >= 1 => Some(u32::try_from(n).unwrap_or(u32::MAX)),
-            Some(n) => {
-                return Err(ApiError::invalid(
-                    "truncate_prompt_tokens",
-                    format!("`truncate_prompt_tokens` must be -1 (the context) or at least 1, got {n}"),
-                ))
-            }
-        };
         request.max_tokens = max_tokens;
+        self.stop_fields.apply(&mut request, self.max_tokens_param)?;
         request.ignore_eos = self.ignore_eos.unwrap_or(false);
         request.n = n;
         Ok(request)
-    }
-}
-
-fn stop_token_ids(ids: Vec<i64>) -> Result<Vec<u32>, ApiError> {
-    ids.into_iter()
-        .map(|id| {
-            u32::try_from(id)
-                .map_err(|_| ApiError::invalid("stop_token_ids", format!("`stop_token_ids`: {id} is not a token id")))
-        })
-        .collect()
-}
-
-/// At least 0 and at most `max_tokens` where that is known (vLLM's bounds).
-fn min_tokens(min: Option<i64>, max_tokens: Option<u32>, max_param: &str) -> Result<u32, ApiError> {
-    match min {
-        None => Ok(0),
-        Some(n) if n < 0 => Err(ApiError::invalid("min_tokens", format!("`min_tokens` must be at least 0, got {n}"))),
-        Some(n) if max_tokens.is_some_and(|max| n > i64::from(max)) => {
-            Err(ApiError::invalid("min_tokens", format!("`min_tokens` ({n}) must not exceed `{max_param}`")))
-        }
-        Some(n) => Ok(u32::try_from(n).unwrap_or(u32::MAX)),
     }
 }
 

@@ -91,7 +91,7 @@ fn number(param: &'static str, value: Option<Value>) -> Result<Option<f64>, ApiE
 }
 
 /// An integer field, as `number`.
-fn integer(param: &'static str, value: Option<Value>) -> Result<Option<i64>, ApiError> {
+pub(crate) fn integer(param: &'static str, value: Option<Value>) -> Result<Option<i64>, ApiError> {
     match value {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Number(n)) if n.is_i64() => Ok(n.as_i64()),
@@ -99,7 +99,7 @@ fn integer(param: &'static str, value: Option<Value>) -> Result<Option<i64>, Api
     }
 }
 
-fn wrong_type(param: &'static str, expected: &str, got: &Value) -> ApiError {
+pub(crate) fn wrong_type(param: &'static str, expected: &str, got: &Value) -> ApiError {
     ApiError::invalid(param, format!("invalid `{param}`: expected {expected}, got {got}")).with_code("invalid_type")
 }
 
@@ -111,17 +111,27 @@ fn in_range(param: &'static str, value: f64, low: f64, high: f64) -> Result<f32,
     }
 }
 
-/// A non-empty list of token ids; `null` is none.
-fn allowed_token_ids(value: Option<Value>) -> Result<Vec<TokenId>, ApiError> {
-    let invalid =
-        || ApiError::invalid("allowed_token_ids", "`allowed_token_ids` must be a non-empty list of token ids");
+/// A list of token ids; `null` is none. Whether each is in the vocabulary is the engine's
+/// to say.
+pub(crate) fn token_ids(param: &'static str, value: Option<Value>) -> Result<Vec<TokenId>, ApiError> {
+    let invalid = || ApiError::invalid(param, format!("`{param}` must be a list of token ids"));
     match value {
         None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(ids)) if !ids.is_empty() => {
+        Some(Value::Array(ids)) => {
             ids.iter().map(|id| id.as_u64().and_then(|id| TokenId::try_from(id).ok()).ok_or_else(invalid)).collect()
         }
         Some(_) => Err(invalid()),
     }
+}
+
+/// A non-empty list of token ids; `null` is none.
+fn allowed_token_ids(value: Option<Value>) -> Result<Vec<TokenId>, ApiError> {
+    let present = value.as_ref().is_some_and(|v| !v.is_null());
+    let ids = token_ids("allowed_token_ids", value)?;
+    if present && ids.is_empty() {
+        return Err(ApiError::invalid("allowed_token_ids", "`allowed_token_ids` must not be empty"));
+    }
+    Ok(ids)
 }
 
 /// OpenAI's map of token ids (as strings) to a bias; `null` or `{}` is none. Whether each

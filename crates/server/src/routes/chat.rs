@@ -14,7 +14,8 @@ use crate::error::ApiError;
 use crate::json::JsonBody;
 use crate::logprobs::TokenNames;
 use crate::openai::{
-    openai_finish_reason, respond, usage_json, GenerationParams, ResponseMeta, SamplingFields, StopInput, StreamOptions,
+    openai_finish_reason, respond, usage_json, GenerationParams, ResponseMeta, SamplingFields, StopFields, StopInput,
+    StreamOptions,
 };
 use crate::sse::{json_event, CollectedChoice, StreamFormat};
 use crate::state::AppState;
@@ -31,10 +32,6 @@ pub struct ChatBody {
     max_completion_tokens: Option<i64>,
     n: Option<i64>,
     stop: Option<StopInput>,
-    stop_token_ids: Option<Vec<i64>>,
-    min_tokens: Option<i64>,
-    include_stop_str_in_output: Option<bool>,
-    truncate_prompt_tokens: Option<i64>,
     #[serde(default)]
     stream: bool,
     stream_options: Option<StreamOptions>,
@@ -57,6 +54,9 @@ pub struct ChatBody {
     /// temperature, top_p, top_k, min_p, seed, the penalties and logit_bias.
     #[serde(flatten)]
     sampling: SamplingFields,
+    /// stop_token_ids, min_tokens, include_stop_str_in_output, truncate_prompt_tokens.
+    #[serde(flatten)]
+    stop_fields: StopFields,
     #[serde(flatten)]
     constraints: ConstraintFields,
     /// Everything else the client sent: refused by name unless it changes nothing.
@@ -223,10 +223,7 @@ pub async fn chat_completions(
         default_temperature: 1.0,
         n: body.n,
         stop: body.stop,
-        stop_token_ids: body.stop_token_ids,
-        min_tokens: body.min_tokens,
-        include_stop_str_in_output: body.include_stop_str_in_output,
-        truncate_prompt_tokens: body.truncate_prompt_tokens,
+        stop_fields: body.stop_fields,
         ignore_eos: body.ignore_eos,
     }
     .into_request(prompt)?;

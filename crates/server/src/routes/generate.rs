@@ -15,7 +15,7 @@ use serde_json::json;
 use crate::admission::admit;
 use crate::error::ApiError;
 use crate::json::JsonBody;
-use crate::openai::{usage_json, GenerationParams, SamplingFields, StopInput};
+use crate::openai::{usage_json, GenerationParams, SamplingFields, StopFields, StopInput};
 use crate::sse::{json_event, sse_response, StreamFormat};
 use crate::state::AppState;
 use crate::structured::{constrain, ConstraintFields};
@@ -34,10 +34,6 @@ pub struct GenerateBody {
     max_tokens: Option<i64>,
     max_new_tokens: Option<i64>,
     stop: Option<StopInput>,
-    stop_token_ids: Option<Vec<i64>>,
-    min_tokens: Option<i64>,
-    include_stop_str_in_output: Option<bool>,
-    truncate_prompt_tokens: Option<i64>,
     /// Wrap the prompt as one user message and apply the model's chat template.
     #[serde(default)]
     chat: bool,
@@ -47,6 +43,9 @@ pub struct GenerateBody {
     /// temperature, top_p, top_k, min_p, seed, the penalties and logit_bias.
     #[serde(flatten)]
     sampling: SamplingFields,
+    /// stop_token_ids, min_tokens, include_stop_str_in_output, truncate_prompt_tokens.
+    #[serde(flatten)]
+    stop_fields: StopFields,
     /// The same constraint fields as the OpenAI endpoints.
     #[serde(flatten)]
     constraints: ConstraintFields,
@@ -94,10 +93,7 @@ pub async fn generate(
         // Greedy unless asked: the same prompt gives the same answer, as in the prototype.
         default_temperature: 0.0,
         stop: body.stop,
-        stop_token_ids: body.stop_token_ids,
-        min_tokens: body.min_tokens,
-        include_stop_str_in_output: body.include_stop_str_in_output,
-        truncate_prompt_tokens: body.truncate_prompt_tokens,
+        stop_fields: body.stop_fields,
         ignore_eos: body.ignore_eos,
         ..GenerationParams::default()
     }
