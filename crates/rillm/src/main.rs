@@ -17,7 +17,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve the model over HTTP: /generate, /v1/completions, /v1/chat/completions.
+    /// Serve the model over HTTP: /generate, /v1/completions, /v1/chat/completions, /v1/responses.
     Serve(serve::ServeArgs),
     /// Generate text from a prompt, streamed to stdout.
     Generate(generate::GenerateArgs),

@@ -32,6 +32,15 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
     }
 
+    /// The same refusal, its `param` spelled as another API names the field: the chat
+    /// checks' `tools[0].function.name` is the Responses API's `tools[0].name`.
+    pub fn renamed(mut self, from: &str, to: &str) -> Self {
+        if let Some(param) = &mut self.param {
+            *param = param.replace(from, to);
+        }
+        self
+    }
+
     pub fn with_code(mut self, code: &'static str) -> Self {
         self.code = Some(code);
         self

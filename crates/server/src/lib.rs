@@ -14,6 +14,7 @@ mod logprobs;
 pub mod metrics;
 mod observe;
 mod openai;
+mod responses;
 mod routes;
 mod sampling;
 mod shutdown;
@@ -96,6 +97,7 @@ pub fn router(state: AppState) -> Router {
         .route("/generate", post(routes::generate::generate))
         .route("/v1/completions", post(routes::completions::completions))
         .route("/v1/chat/completions", post(routes::chat::chat_completions))
+        .route("/v1/responses", post(routes::responses::create_response))
         .route("/v1/models", get(routes::info::models))
         .route("/tokenize", post(routes::tokenize::tokenize))
         .route("/detokenize", post(routes::tokenize::detokenize))

@@ -101,7 +101,13 @@ pub struct ChatEntry {
 
 /// Chat's `{"content": [...]}` for these tokens.
 pub fn chat(logprobs: &[TokenLogprob], names: TokenNames) -> Value {
-    let content: Vec<ChatEntry> = logprobs
+    serde_json::json!({ "content": entries(logprobs, names) })
+}
+
+/// One entry per token, with its alternatives: chat's `logprobs.content` and the Responses
+/// API's `output_text.logprobs`.
+pub fn entries(logprobs: &[TokenLogprob], names: TokenNames) -> Vec<ChatEntry> {
+    logprobs
         .iter()
         .map(|l| ChatEntry {
             token: names.name(l.token, &l.bytes),
@@ -117,8 +123,7 @@ pub fn chat(logprobs: &[TokenLogprob], names: TokenNames) -> Value {
                 })
                 .collect(),
         })
-        .collect();
-    serde_json::json!({ "content": content })
+        .collect()
 }
 
 /// Completions' parallel lists (`tokens`, `token_logprobs`, `top_logprobs`,

@@ -245,7 +245,7 @@ pub async fn respond<F: StreamFormat>(
     admitted: Admitted,
     format: F,
     stream: bool,
-    whole: impl FnOnce(&F, Collected) -> Value,
+    whole: impl FnOnce(F, Collected) -> Value,
 ) -> Result<Response, ApiError> {
     if stream {
         return Ok(sse_response(admitted, format));
@@ -254,5 +254,5 @@ pub async fn respond<F: StreamFormat>(
     if let Some(error) = collected.choices.iter().find_map(|c| c.done.error.as_ref()) {
         return Err(ApiError::internal(error.clone()));
     }
-    Ok(Json(whole(&format, collected)).into_response())
+    Ok(Json(whole(format, collected)).into_response())
 }

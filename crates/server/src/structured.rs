@@ -184,7 +184,7 @@ fn structured_outputs(outputs: Value) -> Result<(Constraint, String), ApiError> 
 }
 
 /// A JSON Schema: an object or a boolean, or (as vLLM takes it) a string holding one.
-fn schema_value(value: Value, param: &str) -> Result<Value, ApiError> {
+pub(crate) fn schema_value(value: Value, param: &str) -> Result<Value, ApiError> {
     let value = match value {
         Value::String(text) => serde_json::from_str(&text)
             .map_err(|e| ApiError::invalid(param, format!("`{param}` is not valid JSON: {e}")))?,

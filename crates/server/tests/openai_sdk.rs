@@ -1,9 +1,10 @@
 //! The official `openai` Python SDK against a real server on loopback: the calls its users
 //! make (`chat.completions.parse()` with a pydantic model, streamed `json_schema`, chat and
-//! completions `logprobs`, prompt scoring and `n`, logit bias and penalties, tool loops; an
-//! Agents SDK agent), from `tests/sdk/`. `scripts/test` installs the SDK into its venv and
-//! names the interpreter in `RILLM_TEST_PYTHON`; without the SDK the test says it skipped,
-//! unless `RILLM_REQUIRE_SDK` is set (CI), when it fails.
+//! completions `logprobs`, prompt scoring and `n`, logit bias and penalties, tool loops, the
+//! Responses API; Agents SDK agents on chat and on its default, the Responses API), from
+//! `tests/sdk/`. `scripts/test` installs the SDK into its venv and names the interpreter in
+//! `RILLM_TEST_PYTHON`; without the SDK the test says it skipped, unless `RILLM_REQUIRE_SDK`
+//! is set (CI), when it fails.
 
 mod support;
 
@@ -37,6 +38,11 @@ async fn logprobs_through_the_openai_sdk() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_calls_through_the_openai_sdk_and_the_agents_sdk() {
     run_script("tools.py").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_responses_api_through_the_openai_sdk_and_the_agents_sdk_default_model() {
+    run_script("responses.py").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -148,6 +148,23 @@ async fn dropped_stream_is_cancelled_and_its_sequence_freed() {
 }
 
 #[tokio::test]
+async fn dropped_responses_stream_is_cancelled_too() {
+    let server = TestServer::start(Options::default()).await;
+    let disconnects_before = server.metric("rillm_client_disconnects_total").await;
+    let body = json!({"input": "Write a very long story about a dragon.", "max_output_tokens": 400, "stream": true});
+    let mut response = server.post("/v1/responses", body).await;
+    assert_eq!(response.status(), 200);
+    assert!(!response.chunk().await.unwrap().expect("a first event").is_empty());
+    server.wait_metric("vllm:num_requests_running", Duration::from_secs(2), |v| v == 1.0).await;
+    drop(response);
+    server.wait_metric("vllm:num_requests_running", Duration::from_secs(1), |v| v == 0.0).await;
+    server.wait_metric("vllm:kv_cache_usage_perc", Duration::from_secs(1), |v| v == 0.0).await;
+    server
+        .wait_metric("rillm_client_disconnects_total", Duration::from_secs(1), |v| v == disconnects_before + 1.0)
+        .await;
+}
+
+#[tokio::test]
 async fn dropped_non_streaming_request_is_cancelled_too() {
     let server = TestServer::start(Options::default()).await;
     let pending = tokio::spawn({

@@ -150,6 +150,48 @@ async fn chat_streaming_opens_with_role_and_ends_with_finish_reason() {
     assert!(!content.is_empty());
 }
 
+/// The Responses API streamed: every event is named by its `type`, numbered in order, and
+/// the deltas add up to what the same request answers whole.
+#[tokio::test]
+async fn responses_stream_names_its_events_and_adds_up_to_the_whole_response() {
+    let server = TestServer::start(Options::default()).await;
+    let body = json!({"input": "Name a colour.", "instructions": "You are terse.", "max_output_tokens": 6,
+        "temperature": 0});
+    let whole: Value = server.post("/v1/responses", body.clone()).await.json().await.unwrap();
+    assert_eq!((whole["object"].as_str(), whole["status"].as_str()), (Some("response"), Some("incomplete")), "{whole}");
+    assert_eq!(whole["incomplete_details"]["reason"], "max_output_tokens");
+    assert_eq!(whole["usage"]["output_tokens"], 6);
+    assert_eq!(whole["model"], model_name());
+
+    let mut streamed = body;
+    streamed["stream"] = json!(true);
+    let events = read_sse(server.post("/v1/responses", streamed).await).await;
+    let data: Vec<Value> = events.iter().map(|e| e.json()).collect();
+    for (i, (event, data)) in events.iter().zip(&data).enumerate() {
+        assert_eq!(data["type"], event.event.as_str(), "the SSE name is the type");
+        assert_eq!(data["sequence_number"], i, "{data}");
+    }
+    let kinds: Vec<&str> = data.iter().filter_map(|d| d["type"].as_str()).collect();
+    assert_eq!(
+        &kinds[..4],
+        ["response.created", "response.in_progress", "response.output_item.added", "response.content_part.added"]
+    );
+    assert_eq!(kinds.last(), Some(&"response.incomplete"));
+    let deltas: String = data
+        .iter()
+        .filter(|d| d["type"] == "response.output_text.delta")
+        .map(|d| d["delta"].as_str().unwrap().to_string())
+        .collect();
+    let last = &data[data.len() - 1]["response"];
+    let message = &last["output"][0];
+    assert_eq!(message["content"], whole["output"][0]["content"], "streamed and whole say the same");
+    assert_eq!(message["content"][0]["text"], deltas.as_str());
+    assert_eq!(message["status"], "incomplete", "the text was cut short");
+    for tokens in ["input_tokens", "output_tokens"] {
+        assert_eq!(last["usage"][tokens], whole["usage"][tokens]);
+    }
+}
+
 /// vLLM's `continuous_usage_stats` (AIPerf's `--per-chunk-usage` reads it): every chunk
 /// carries its choice's usage so far, which counts the tokens streamed up to it.
 #[tokio::test]

@@ -1,0 +1,196 @@
+//! One Responses request's answer: the response object (status, output items, usage, and
+//! the request's settings echoed as OpenAI echoes them), streamed as OpenAI's events or
+//! built whole from the collected reply by the same steps.
+
+use axum::response::sse::Event;
+use rillm_backend::{Completion, FinishReason, TokenLogprob, Usage};
+use serde_json::{json, Value};
+
+use super::output::OutputItems;
+use crate::logprobs::{self, ChatEntry, TokenNames};
+use crate::sse::{Collected, StreamFormat};
+use crate::tools::{ToolCallParser, ToolEvent};
+
+/// The request's settings a response object repeats.
+pub struct Echo {
+    pub instructions: Option<String>,
+    pub max_output_tokens: Option<i64>,
+    /// `tools` and `tool_choice` as sent (`[]` and `"auto"` when not).
+    pub tools: Value,
+    pub tool_choice: Value,
+    pub parallel_tool_calls: bool,
+    pub temperature: f32,
+    pub top_p: f32,
+    /// `text` as sent (`{"format": {"type": "text"}}` when not).
+    pub text: Value,
+    pub top_logprobs: Option<i64>,
+    pub metadata: Value,
+}
+
+pub struct ResponsesFormat {
+    id: String,
+    created_at: u64,
+    model: String,
+    echo: Echo,
+    items: OutputItems,
+    /// With tools: the reply read for calls.
+    parser: Option<ToolCallParser>,
+    /// Log-probabilities' names when the request asked for them.
+    logprobs: Option<TokenNames>,
+    /// Log-probabilities of text held back while it might open a call.
+    held_logprobs: Vec<ChatEntry>,
+    /// How the reply ended, once it has.
+    ended: Option<Completion>,
+}
+
+impl ResponsesFormat {
+    /// `request`: the engine's request id; the response is `resp_<request>`.
+    pub fn new(
+        request: u64,
+        model: String,
+        echo: Echo,
+        parser: Option<ToolCallParser>,
+        logprobs: Option<TokenNames>,
+    ) -> Self {
+        Self {
+            id: format!("resp_{request}"),
+            created_at: crate::openai::unix_now(),
+            model,
+            echo,
+            items: OutputItems::new(&request.to_string()),
+            parser,
+            logprobs,
+            held_logprobs: Vec::new(),
+            ended: None,
+        }
+    }
+
+    /// The whole response, from the collected reply.
+    pub fn whole(&mut self, collected: Collected) -> Value {
+        if let Some(choice) = collected.choices.into_iter().next() {
+            self.text(0, &choice.text, &[], &choice.logprobs);
+            self.choice_done(&choice.done);
+        }
+        let status = self.status();
+        self.object(status, Some(&collected.done.usage))
+    }
+
+    /// `completed`, or why not.
+    fn status(&self) -> &'static str {
+        match self.ended.as_ref().map(|e| e.finish_reason) {
+            None => "in_progress",
+            Some(FinishReason::Stop | FinishReason::Eos) => "completed",
+            Some(FinishReason::Length) => "incomplete",
+            Some(FinishReason::Cancelled) => "cancelled",
+            Some(FinishReason::Error) => "failed",
+        }
+    }
+
+    fn object(&self, status: &str, usage: Option<&Usage>) -> Value {
+        let echo = &self.echo;
+        let incomplete = (status == "incomplete").then(|| json!({"reason": "max_output_tokens"}));
+        let error = self
+            .ended
+            .as_ref()
+            .and_then(|e| e.error.as_ref())
+            .map(|message| json!({"code": "server_error", "message": message}));
+        json!({
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "background": false,
+            "error": error,
+            "incomplete_details": incomplete,
+            "instructions": echo.instructions,
+            "max_output_tokens": echo.max_output_tokens,
+            "metadata": echo.metadata,
+            "model": self.model,
+            "output": self.items.items(),
+            "parallel_tool_calls": echo.parallel_tool_calls,
+            "previous_response_id": null,
+            "reasoning": {"effort": null, "summary": null},
+            // Nothing is kept: a later request cannot refer to this one.
+            "store": false,
+            "temperature": echo.temperature,
+            "text": echo.text,
+            "tool_choice": echo.tool_choice,
+            "tools": echo.tools,
+            "top_logprobs": echo.top_logprobs,
+            "top_p": echo.top_p,
+            "truncation": "disabled",
+            "usage": usage.map(usage_json),
+        })
+    }
+
+    fn tool_event(&mut self, event: ToolEvent) -> Vec<Event> {
+        match event {
+            ToolEvent::Content(text) => {
+                let logprobs = std::mem::take(&mut self.held_logprobs);
+                self.items.text(&text, &logprobs)
+            }
+            ToolEvent::CallStart { id, name, .. } => {
+                // What was held back was the call's markup.
+                self.held_logprobs.clear();
+                self.items.call_start(&id, &name)
+            }
+            ToolEvent::Arguments { fragment, .. } => {
+                self.held_logprobs.clear();
+                self.items.arguments(&fragment)
+            }
+        }
+    }
+}
+
+/// The Responses API's usage: input and output tokens, cached input among them.
+fn usage_json(usage: &Usage) -> Value {
+    json!({
+        "input_tokens": usage.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "output_tokens": usage.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+    })
+}
+
+impl StreamFormat for ResponsesFormat {
+    fn opening(&mut self) -> Vec<Event> {
+        let response = self.object("in_progress", None);
+        vec![
+            self.items.event("response.created", json!({"response": response})),
+            self.items.event("response.in_progress", json!({"response": response})),
+        ]
+    }
+
+    fn text(&mut self, _index: u32, text: &str, _token_ids: &[u32], logprobs: &[TokenLogprob]) -> Vec<Event> {
+        let entries = self.logprobs.map(|names| logprobs::entries(logprobs, names)).unwrap_or_default();
+        let Some(parser) = self.parser.as_mut() else { return self.items.text(text, &entries) };
+        let events = parser.push(text);
+        self.held_logprobs.extend(entries);
+        events.into_iter().flat_map(|event| self.tool_event(event)).collect()
+    }
+
+    fn choice_done(&mut self, done: &Completion) -> Vec<Event> {
+        let rest = self.parser.as_mut().map(ToolCallParser::finish).unwrap_or_default();
+        let mut events: Vec<Event> = rest.into_iter().flat_map(|event| self.tool_event(event)).collect();
+        let complete = if self.items.call_open() {
+            self.parser.as_ref().and_then(|p| p.calls().last()).is_some_and(|call| call.complete)
+        } else {
+            done.finish_reason != FinishReason::Length
+        };
+        events.extend(self.items.close(complete));
+        self.ended = Some(done.clone());
+        events
+    }
+
+    fn end(&mut self, usage: &Usage) -> Vec<Event> {
+        let status = self.status();
+        let kind = match status {
+            "completed" => "response.completed",
+            "incomplete" => "response.incomplete",
+            _ => "response.failed",
+        };
+        let response = self.object(status, Some(usage));
+        vec![self.items.event(kind, json!({"response": response}))]
+    }
+}

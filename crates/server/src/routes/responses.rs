@@ -1,0 +1,170 @@
+//! `POST /v1/responses`: OpenAI's Responses API, streamed and not. The request becomes a
+//! chat request (`crate::responses` reads its input, tools and `text.format`), so it is
+//! admitted, constrained and generated as chat is; only its shapes differ.
+
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::admission::admit;
+use crate::error::ApiError;
+use crate::json::JsonBody;
+use crate::logprobs::{TokenNames, MAX_TOP_LOGPROBS};
+use crate::openai::{respond, GenerationParams, SamplingFields};
+use crate::responses::{self, Echo, ResponsesFormat};
+use crate::state::AppState;
+use crate::structured::{constrain, refuse_unknown_fields};
+use crate::tools::{self, ToolCallParser, ToolChoice};
+
+#[derive(Debug, Deserialize)]
+pub struct ResponsesBody {
+    model: Option<String>,
+    input: Option<Value>,
+    instructions: Option<String>,
+    max_output_tokens: Option<i64>,
+    #[serde(default)]
+    stream: bool,
+    stream_options: Option<Value>,
+    tools: Option<Value>,
+    tool_choice: Option<Value>,
+    parallel_tool_calls: Option<Value>,
+    text: Option<Value>,
+    include: Option<Vec<String>>,
+    top_logprobs: Option<i64>,
+    metadata: Option<Value>,
+    truncation: Option<String>,
+    reasoning: Option<Value>,
+    background: Option<bool>,
+    previous_response_id: Option<Value>,
+    conversation: Option<Value>,
+    /// temperature and top_p; vLLM's top_k, min_p, seed and penalties too.
+    #[serde(flatten)]
+    sampling: SamplingFields,
+    /// Everything else: refused by name unless it changes nothing (`store` among those:
+    /// accepted, and answered `false`, as rillm keeps no responses).
+    #[serde(flatten)]
+    other: Map<String, Value>,
+}
+
+/// What `include` may ask for: the output text's log-probabilities.
+const LOGPROBS_INCLUDE: &str = "message.output_text.logprobs";
+
+pub async fn create_response(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<ResponsesBody>,
+) -> Result<Response, ApiError> {
+    let received = Instant::now();
+    state.check_model(body.model.as_deref())?;
+    refuse_unknown_fields(&body.other)?;
+    refuse_stateful_and_unserved(&body)?;
+    let logprobs = logprobs(body.include.as_deref(), body.top_logprobs)?;
+    let input = body.input.ok_or_else(|| ApiError::invalid("input", "`input` is required"))?;
+    let tool_request =
+        responses::tools(body.tools.clone(), body.tool_choice.clone(), body.parallel_tool_calls.clone())?;
+    let constraint = responses::text_format(body.text.clone())?;
+    if let (Some(c), Some(_)) = (&constraint, tool_request.as_ref().filter(|t| t.choice != ToolChoice::None)) {
+        return Err(ApiError::invalid(c.param.clone(), "an output constraint and `tools` cannot both shape the reply"));
+    }
+    let dialect = state.tool_dialect();
+    let prompt =
+        tools::render_prompt(responses::history(body.instructions.clone(), input)?, tool_request.as_ref(), dialect)?;
+    let mut request = GenerationParams {
+        max_tokens: body.max_output_tokens,
+        max_tokens_param: "max_output_tokens",
+        sampling: body.sampling,
+        default_temperature: 1.0,
+        ..GenerationParams::default()
+    }
+    .into_request(prompt)?;
+    request.logprobs = logprobs;
+    let mut fields = constrain(&mut request, constraint, "input");
+    if let Some(tools) = &tool_request {
+        // Every call the reply makes parses and fits its function's schema.
+        request.constraint = Some(tools::constraint(tools, dialect.format));
+        fields.constraint = Some("tools".into());
+    }
+    let echo = Echo {
+        instructions: body.instructions,
+        max_output_tokens: body.max_output_tokens,
+        tools: body.tools.unwrap_or_else(|| json!([])),
+        tool_choice: body.tool_choice.unwrap_or_else(|| json!("auto")),
+        parallel_tool_calls: tool_request.as_ref().is_none_or(|t| t.parallel),
+        temperature: request.sampling.temperature,
+        top_p: request.sampling.top_p,
+        text: body.text.unwrap_or_else(|| json!({"format": {"type": "text"}})),
+        top_logprobs: body.top_logprobs,
+        metadata: body.metadata.unwrap_or_else(|| json!({})),
+    };
+    let admitted = admit(&state, "responses", fields, request, received).await?;
+    let id = admitted.stream.id();
+    let parser = tool_request.map(|_| ToolCallParser::new(format!("call_{id}_"), dialect.format));
+    let names = logprobs.map(|_| TokenNames::Text);
+    let format = ResponsesFormat::new(id, state.model_name(), echo, parser, names);
+    respond(admitted, format, body.stream, |mut format, collected| format.whole(collected)).await
+}
+
+/// Fields that need state rillm does not keep, or work it does not do: each a 400 naming it.
+fn refuse_stateful_and_unserved(body: &ResponsesBody) -> Result<(), ApiError> {
+    let no_state = "rillm keeps no earlier responses or conversations; send the whole conversation in `input`";
+    for (value, param) in [(&body.previous_response_id, "previous_response_id"), (&body.conversation, "conversation")] {
+        if value.as_ref().is_some_and(|v| !v.is_null()) {
+            return Err(ApiError::invalid(param, no_state));
+        }
+    }
+    if body.background == Some(true) {
+        return Err(ApiError::invalid(
+            "background",
+            "background responses need stored responses, which rillm keeps none of",
+        ));
+    }
+    if body.truncation.as_deref().is_some_and(|t| t != "disabled") {
+        return Err(ApiError::invalid(
+            "truncation",
+            "only `truncation: \"disabled\"` is supported: a prompt too long is a 400",
+        ));
+    }
+    if let Some(Value::Object(reasoning)) = &body.reasoning {
+        if let Some((key, _)) = reasoning.iter().find(|(_, v)| !v.is_null()) {
+            return Err(ApiError::invalid(
+                format!("reasoning.{key}"),
+                "this model does not reason; `reasoning` is not supported",
+            ));
+        }
+    }
+    if let Some(Value::Object(options)) = &body.stream_options {
+        // Obfuscation pads deltas against length side channels; rillm sends none, which
+        // changes nothing a client reads.
+        if let Some((key, _)) = options.iter().find(|(k, _)| k.as_str() != "include_obfuscation") {
+            return Err(ApiError::invalid(
+                format!("stream_options.{key}"),
+                format!("`stream_options.{key}` is not supported by this server"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `include: ["message.output_text.logprobs"]` or `top_logprobs` asks for log-probabilities.
+fn logprobs(include: Option<&[String]>, top_logprobs: Option<i64>) -> Result<Option<u32>, ApiError> {
+    let mut asked = top_logprobs.is_some();
+    for (i, item) in include.unwrap_or_default().iter().enumerate() {
+        if item != LOGPROBS_INCLUDE {
+            return Err(ApiError::invalid(
+                format!("include[{i}]"),
+                format!("`{item}` cannot be included; only `{LOGPROBS_INCLUDE}`"),
+            ));
+        }
+        asked = true;
+    }
+    match top_logprobs.unwrap_or(0) {
+        n @ 0..=MAX_TOP_LOGPROBS if asked => Ok(Some(n as u32)),
+        _ if !asked => Ok(None),
+        n => Err(ApiError::invalid(
+            "top_logprobs",
+            format!("`top_logprobs` must be between 0 and {MAX_TOP_LOGPROBS}, got {n}"),
+        )),
+    }
+}

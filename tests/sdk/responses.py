@@ -1,0 +1,171 @@
+"""The Responses API (`/v1/responses`) through the official `openai` SDK and the OpenAI Agents
+SDK's default model (`OpenAIResponsesModel`).
+
+Run by crates/server/tests/openai_sdk.rs against a real `rillm serve` on loopback:
+    python3 tests/sdk/responses.py http://127.0.0.1:PORT
+"""
+
+import asyncio
+import json
+import sys
+
+import openai
+import pydantic
+
+from tools import WEATHER as CHAT_WEATHER
+
+# The chat tests' weather function, in the Responses API's flat form.
+WEATHER = {"type": "function", **CHAT_WEATHER["function"]}
+
+
+def text_and_stream(client: openai.OpenAI, model: str) -> None:
+    """A whole and a streamed response to the same greedy request say the same thing; the
+    stream's events come in OpenAI's order, numbered from 0."""
+    ask = dict(model=model, input="Name three colours.", instructions="Answer briefly.", temperature=0,
+               max_output_tokens=150)
+    whole = client.responses.create(**ask)
+    assert whole.status in ("completed", "incomplete"), whole.status
+    assert whole.output_text.strip(), whole
+    usage = whole.usage
+    assert usage.input_tokens > 0 and usage.output_tokens > 0, usage
+    assert usage.total_tokens == usage.input_tokens + usage.output_tokens, usage
+    assert whole.instructions == "Answer briefly." and whole.max_output_tokens == 150, whole
+
+    with client.responses.stream(**ask) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    kinds = [e.type for e in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"], kinds
+    assert kinds[-1] in ("response.completed", "response.incomplete"), kinds
+    assert [e.sequence_number for e in events] == list(range(len(events))), "numbered in order from 0"
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    done = [e.text for e in events if e.type == "response.output_text.done"]
+    assert deltas == done[0] == final.output_text == whole.output_text, (deltas, done, whole.output_text)
+    assert final.usage.output_tokens == whole.usage.output_tokens, (final.usage, whole.usage)
+    print("text:", repr(whole.output_text[:60]), kinds.count("response.output_text.delta"), "deltas")
+
+    cut = client.responses.create(model=model, input="Write a long story about a ship.", max_output_tokens=5)
+    assert cut.status == "incomplete" and cut.incomplete_details.reason == "max_output_tokens", cut
+    assert cut.usage.output_tokens == 5, cut.usage
+
+
+class City(pydantic.BaseModel):
+    name: str
+    country: str
+
+
+def structured(client: openai.OpenAI, model: str) -> None:
+    """`responses.parse()` with a pydantic model: `text.format` json_schema is honoured."""
+    parsed = client.responses.parse(model=model, input="Describe Paris as JSON.", text_format=City,
+                                    temperature=0, max_output_tokens=100)
+    assert parsed.status == "completed", parsed
+    assert isinstance(parsed.output_parsed, City) and parsed.output_parsed.name, parsed.output_parsed
+    print("parse:", parsed.output_parsed)
+
+
+def tools(client: openai.OpenAI, model: str) -> None:
+    """Function calls as output items, streamed argument by argument, then answered with
+    function_call_output items in the next request."""
+    ask = dict(model=model, input="What's the weather in Paris, in celsius?", tools=[WEATHER],
+               tool_choice="required", parallel_tool_calls=False, temperature=0)
+    whole = client.responses.create(**ask)
+    calls = [o for o in whole.output if o.type == "function_call"]
+    assert len(calls) == 1 and calls[0].name == "get_weather", whole.output
+    arguments = json.loads(calls[0].arguments)
+    assert set(arguments) == {"city", "unit"} and arguments["unit"] in ("celsius", "fahrenheit"), arguments
+
+    events = list(client.responses.create(**ask, stream=True))
+    deltas = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+    done = [e for e in events if e.type == "response.function_call_arguments.done"]
+    final = events[-1].response
+    assert len(done) == 1 and deltas == done[0].arguments == final.output[0].arguments, (deltas, done, final)
+    assert final.output[0].call_id == next(e.item.call_id for e in events if e.type == "response.output_item.added")
+
+    call = calls[0]
+    answered = client.responses.create(
+        model=model,
+        input=[
+            {"role": "user", "content": "What's the weather in Paris, in celsius?"},
+            {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+            {"type": "function_call_output", "call_id": call.call_id, "output": "21 degrees and sunny"},
+        ],
+        tools=[WEATHER],
+        tool_choice="none",
+        temperature=0,
+        max_output_tokens=60,
+    )
+    assert answered.output and all(o.type == "message" for o in answered.output), answered.output
+    print("tools:", call.arguments, "->", repr(answered.output_text[:60]))
+
+
+def logprobs(client: openai.OpenAI, model: str) -> None:
+    """`include` with `top_logprobs`: an entry per token, its alternatives, spelling the text."""
+    r = client.responses.create(model=model, input="Say hello.", include=["message.output_text.logprobs"],
+                                top_logprobs=2, temperature=0, max_output_tokens=8)
+    part = r.output[0].content[0]
+    assert part.logprobs and all(len(l.top_logprobs) == 2 for l in part.logprobs), part
+    assert "".join(l.token for l in part.logprobs) == part.text, part
+    assert all(l.logprob <= 0 for l in part.logprobs), part
+
+
+def refusals(client: openai.OpenAI, model: str) -> None:
+    for kwargs, param in [
+        (dict(previous_response_id="resp_1"), "previous_response_id"),
+        (dict(tools=[{"type": "web_search"}]), "tools[0].type"),
+        (dict(text={"format": {"type": "json_schema", "name": "x"}}), "text.format.schema"),
+    ]:
+        try:
+            client.responses.create(model=model, input="Hi", **kwargs)
+            raise AssertionError(f"{param} was accepted")
+        except openai.BadRequestError as error:
+            assert error.body["param"] == param, error.body
+
+
+async def agent_run(base: str, model: str) -> None:
+    """An Agents SDK agent on its default model (the Responses API) with a function tool
+    runs to completion, whole and streamed, and the tool runs."""
+    from agents import Agent, ModelSettings, Runner, function_tool, set_default_openai_client, set_tracing_disabled
+
+    set_tracing_disabled(True)
+    set_default_openai_client(openai.AsyncOpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=120))
+    called = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The current weather in a city."""
+        called.append(city)
+        return f"It is 21 degrees and sunny in {city}."
+
+    agent = Agent(
+        name="weather",
+        instructions="Answer questions about the weather with the get_weather tool.",
+        tools=[get_weather],
+        model=model,
+        model_settings=ModelSettings(tool_choice="required", parallel_tool_calls=False, temperature=0, max_tokens=100),
+        tool_use_behavior="stop_on_first_tool",
+    )
+    result = await Runner.run(agent, "What's the weather in Paris?", max_turns=3)
+    assert len(called) == 1 and called[0], called
+    assert "21 degrees" in str(result.final_output), result.final_output
+
+    streamed = Runner.run_streamed(agent, "What's the weather in Rome?", max_turns=3)
+    kinds = [event.data.type async for event in streamed.stream_events() if event.type == "raw_response_event"]
+    assert "response.completed" in kinds and "response.function_call_arguments.delta" in kinds, kinds
+    assert len(called) == 2 and "21 degrees" in str(streamed.final_output), (called, streamed.final_output)
+    print("agent:", called, "->", result.final_output)
+
+
+def main(base: str) -> None:
+    client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=120)
+    model = client.models.list().data[0].id
+    text_and_stream(client, model)
+    structured(client, model)
+    tools(client, model)
+    logprobs(client, model)
+    refusals(client, model)
+    asyncio.run(agent_run(base, model))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
+    print("responses: all SDK checks passed")
