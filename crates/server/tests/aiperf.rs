@@ -1,7 +1,8 @@
 //! NVIDIA's AIPerf, a load generator serving engineers run against vLLM, SGLang and
 //! TensorRT-LLM, against a real server on loopback (`tests/sdk/aiperf_profile.py`): every
-//! request succeeds, its output length is the server's own count read from per-chunk usage
-//! (vLLM's `continuous_usage_stats`), and its scrape of `/metrics` finds vLLM's names.
+//! request succeeds, its output length is the server's own count (on chat from per-chunk
+//! usage, vLLM's `continuous_usage_stats`; on the Responses API from its last event), and its
+//! scrape of `/metrics` finds vLLM's names.
 //!
 //! `scripts/test` installs `aiperf` into its venv (`RILLM_TEST_PYTHON`); without it the
 //! test says it skipped, unless `RILLM_REQUIRE_SDK` is set (CI), when it fails.
@@ -14,7 +15,7 @@ use std::time::Duration;
 use support::{Options, TestServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn aiperf_profiles_streamed_chat_with_the_servers_token_counts() {
+async fn aiperf_profiles_streamed_chat_and_responses_with_the_servers_token_counts() {
     let Some(python) = support::python_with("aiperf, transformers, gguf") else { return };
     let server = TestServer::start(Options { max_running: 4, max_waiting: 16, ctx: 1024, ..Options::default() }).await;
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/sdk/aiperf_profile.py");

@@ -183,11 +183,15 @@ impl StreamFormat for ResponsesFormat {
         events
     }
 
+    /// As vLLM ends every stream that finished, cut short or not: `response.completed`,
+    /// the response's `status` and `incomplete_details` saying whether `max_output_tokens`
+    /// cut it (OpenAI sends `response.incomplete` then, but AIPerf reads usage from
+    /// `response.completed` only, and its fixed-length runs all end so). A failure is
+    /// `response.failed`.
     fn end(&mut self, usage: &Usage) -> Vec<Event> {
         let status = self.status();
         let kind = match status {
-            "completed" => "response.completed",
-            "incomplete" => "response.incomplete",
+            "completed" | "incomplete" => "response.completed",
             _ => "response.failed",
         };
         let response = self.object(status, Some(usage));

@@ -13,7 +13,7 @@ use crate::admission::admit;
 use crate::error::ApiError;
 use crate::json::JsonBody;
 use crate::logprobs::{TokenNames, MAX_TOP_LOGPROBS};
-use crate::openai::{respond, GenerationParams, SamplingFields};
+use crate::openai::{respond, GenerationParams, SamplingFields, StopFields};
 use crate::responses::{self, Echo, ResponsesFormat};
 use crate::state::AppState;
 use crate::structured::{constrain, refuse_unknown_fields};
@@ -40,14 +40,22 @@ pub struct ResponsesBody {
     background: Option<bool>,
     previous_response_id: Option<Value>,
     conversation: Option<Value>,
+    /// vLLM's, as on chat: with `min_tokens`, AIPerf's recipe for fixed output lengths.
+    ignore_eos: Option<bool>,
     /// temperature and top_p; vLLM's top_k, min_p, seed and penalties too.
     #[serde(flatten)]
     sampling: SamplingFields,
+    /// vLLM's stop_token_ids, min_tokens, include_stop_str_in_output, truncate_prompt_tokens.
+    #[serde(flatten)]
+    stop_fields: StopFields,
     /// Everything else: refused by name unless it changes nothing (`store` among those:
     /// accepted, and answered `false`, as rillm keeps no responses).
     #[serde(flatten)]
     other: Map<String, Value>,
 }
+
+/// `stream_options` a Responses stream takes.
+const STREAM_OPTIONS: &[&str] = &["include_usage", "include_obfuscation"];
 
 /// What `include` may ask for: the output text's log-probabilities.
 const LOGPROBS_INCLUDE: &str = "message.output_text.logprobs";
@@ -76,6 +84,8 @@ pub async fn create_response(
         max_tokens_param: "max_output_tokens",
         sampling: body.sampling,
         default_temperature: 1.0,
+        stop_fields: body.stop_fields,
+        ignore_eos: body.ignore_eos,
         ..GenerationParams::default()
     }
     .into_request(prompt)?;
@@ -135,9 +145,10 @@ fn refuse_stateful_and_unserved(body: &ResponsesBody) -> Result<(), ApiError> {
         }
     }
     if let Some(Value::Object(options)) = &body.stream_options {
-        // Obfuscation pads deltas against length side channels; rillm sends none, which
-        // changes nothing a client reads.
-        if let Some((key, _)) = options.iter().find(|(k, _)| k.as_str() != "include_obfuscation") {
+        // Usage is always in the last event (AIPerf asks for it anyway); obfuscation pads
+        // deltas against length side channels, and rillm sends none, which changes
+        // nothing a client reads.
+        if let Some((key, _)) = options.iter().find(|(k, _)| !STREAM_OPTIONS.contains(&k.as_str())) {
             return Err(ApiError::invalid(
                 format!("stream_options.{key}"),
                 format!("`stream_options.{key}` is not supported by this server"),
