@@ -98,6 +98,35 @@ def tools(client: openai.OpenAI, model: str) -> None:
     print("tools:", call.arguments, "->", repr(answered.output_text[:60]))
 
 
+def conversation_state(client: openai.OpenAI, model: str) -> None:
+    """OpenAI's conversation state: a turn goes on from `previous_response_id`, a call made
+    in the kept response is answered by its call_id alone, and kept responses are retrieved
+    and deleted."""
+    first = client.responses.create(model=model, input="What's the weather in Paris, in celsius?", tools=[WEATHER],
+                                    tool_choice="required", parallel_tool_calls=False, temperature=0)
+    call = next(o for o in first.output if o.type == "function_call")
+    answered = client.responses.create(
+        model=model, previous_response_id=first.id, tools=[WEATHER], tool_choice="none", temperature=0,
+        max_output_tokens=40, input=[{"type": "function_call_output", "call_id": call.call_id, "output": "21 C, sunny"}],
+    )
+    assert answered.previous_response_id == first.id and answered.output_text, answered
+    assert answered.usage.input_tokens_details.cached_tokens > 0, answered.usage
+    try:  # Alone, the same input answers no call.
+        client.responses.create(model=model, input=[{"type": "function_call_output", "call_id": call.call_id,
+                                                     "output": "21 C, sunny"}])
+        raise AssertionError("a call's output without its call was accepted")
+    except openai.BadRequestError as error:
+        assert error.body["param"] == "input[0].call_id", error.body
+    assert client.responses.retrieve(first.id).output[0].call_id == call.call_id
+    client.responses.delete(first.id)
+    try:
+        client.responses.retrieve(first.id)
+        raise AssertionError("a deleted response was retrieved")
+    except openai.NotFoundError:
+        pass
+    print("conversation:", call.arguments, "->", repr(answered.output_text[:50]))
+
+
 def logprobs(client: openai.OpenAI, model: str) -> None:
     """`include` with `top_logprobs`: an entry per token, its alternatives, spelling the text."""
     r = client.responses.create(model=model, input="Say hello.", include=["message.output_text.logprobs"],
@@ -110,7 +139,7 @@ def logprobs(client: openai.OpenAI, model: str) -> None:
 
 def refusals(client: openai.OpenAI, model: str) -> None:
     for kwargs, param in [
-        (dict(previous_response_id="resp_1"), "previous_response_id"),
+        (dict(previous_response_id="resp_unknown"), "previous_response_id"),
         (dict(tools=[{"type": "web_search"}]), "tools[0].type"),
         (dict(text={"format": {"type": "json_schema", "name": "x"}}), "text.format.schema"),
     ]:
@@ -152,6 +181,13 @@ async def agent_run(base: str, model: str) -> None:
     kinds = [event.data.type async for event in streamed.stream_events() if event.type == "raw_response_event"]
     assert "response.completed" in kinds and "response.function_call_arguments.delta" in kinds, kinds
     assert len(called) == 2 and "21 degrees" in str(streamed.final_output), (called, streamed.final_output)
+
+    # The server keeps the conversation: the turn after the call sends only the call's output
+    # (with `previous_response_id`), which the server answers only if it kept the call.
+    chained = agent.clone(tool_use_behavior="run_llm_again")
+    result = await Runner.run(chained, "What's the weather in Oslo?", max_turns=4, auto_previous_response_id=True)
+    assert called[2:] == ["Oslo"] and len(result.raw_responses) >= 2, (called, result.raw_responses)
+    print("agent, chained:", called[2:], "->", repr(str(result.final_output)[:60]))
     print("agent:", called, "->", result.final_output)
 
 
@@ -161,6 +197,7 @@ def main(base: str) -> None:
     text_and_stream(client, model)
     structured(client, model)
     tools(client, model)
+    conversation_state(client, model)
     logprobs(client, model)
     refusals(client, model)
     asyncio.run(agent_run(base, model))

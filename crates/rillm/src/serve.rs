@@ -52,6 +52,11 @@ pub struct ServeArgs {
     /// Log prompt text. Off by default: prompts are user data.
     #[arg(long)]
     log_prompts: bool,
+    /// Memory (MiB) for Responses API responses kept for `previous_response_id` and
+    /// `GET /v1/responses/{id}` (OpenAI's `store`, on unless a request says false), least
+    /// recently used out. 0 keeps none.
+    #[arg(long, default_value_t = ServerConfig::default().responses_store_bytes >> 20)]
+    responses_store_mib: usize,
     /// Request body limit in bytes.
     #[arg(long, default_value_t = ServerConfig::default().max_body_bytes)]
     max_body_bytes: usize,
@@ -110,6 +115,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         sse_keep_alive: ServerConfig::default().sse_keep_alive,
         served_model_name: args.served_model_name,
         tool_call_parser: args.tool_call_parser,
+        responses_store_bytes: args.responses_store_mib.saturating_mul(1 << 20),
         connections: ConnectionLimits {
             max_connections,
             reserve: ConnectionLimits::default().reserve,

@@ -96,6 +96,13 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "invalid_request_error", "no such endpoint").with_code("not_found")
     }
 
+    /// 404 for a thing the request names (a kept response), naming the field.
+    pub fn not_found_param(param: &str, message: impl Into<String>) -> Self {
+        let mut e = Self::new(StatusCode::NOT_FOUND, "invalid_request_error", message);
+        e.param = Some(param.into());
+        e
+    }
+
     pub fn method_not_allowed() -> Self {
         Self::new(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", "this endpoint does not take that method")
             .with_code("method_not_allowed")

@@ -60,6 +60,9 @@ pub struct ServerConfig {
     pub connections: ConnectionLimits,
     /// The tool-call format (vLLM's `--tool-call-parser`); `None`: the chat template's.
     pub tool_call_parser: Option<rillm_backend::ToolCallFormat>,
+    /// Memory for responses kept for `previous_response_id` (the Responses API's `store`);
+    /// 0 keeps none.
+    pub responses_store_bytes: usize,
 }
 
 impl Default for ServerConfig {
@@ -74,6 +77,7 @@ impl Default for ServerConfig {
             served_model_name: None,
             connections: ConnectionLimits::default(),
             tool_call_parser: None,
+            responses_store_bytes: 64 << 20,
         }
     }
 }
@@ -98,6 +102,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/completions", post(routes::completions::completions))
         .route("/v1/chat/completions", post(routes::chat::chat_completions))
         .route("/v1/responses", post(routes::responses::create_response))
+        .route("/v1/responses/{id}", get(routes::responses::retrieve).delete(routes::responses::delete))
         .route("/v1/models", get(routes::info::models))
         .route("/tokenize", post(routes::tokenize::tokenize))
         .route("/detokenize", post(routes::tokenize::detokenize))

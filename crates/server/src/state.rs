@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::error::ApiError;
+use crate::responses::ResponseStore;
 use crate::tools::ToolDialect;
 use crate::ServerConfig;
 use rillm_backend::Backend;
@@ -24,6 +25,8 @@ pub struct Shared {
     phase: AtomicU8,
     /// Requests admitted and not yet finished or dropped (streaming or not).
     pub in_flight: Arc<AtomicUsize>,
+    /// Responses kept for `previous_response_id`.
+    pub responses: Arc<ResponseStore>,
     pub config: ServerConfig,
 }
 
@@ -40,6 +43,7 @@ impl AppState {
             backend: OnceLock::new(),
             phase: AtomicU8::new(Phase::Loading as u8),
             in_flight: Arc::new(AtomicUsize::new(0)),
+            responses: Arc::new(ResponseStore::new(config.responses_store_bytes)),
             config,
         }))
     }

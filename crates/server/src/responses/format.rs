@@ -2,14 +2,17 @@
 //! the request's settings echoed as OpenAI echoes them), streamed as OpenAI's events or
 //! built whole from the collected reply by the same steps.
 
+use std::sync::Arc;
+
 use axum::response::sse::Event;
 use rillm_backend::{Completion, FinishReason, TokenLogprob, Usage};
 use serde_json::{json, Value};
 
 use super::output::OutputItems;
+use super::store::ResponseStore;
 use crate::logprobs::{self, ChatEntry, TokenNames};
 use crate::sse::{Collected, StreamFormat};
-use crate::tools::{ToolCallParser, ToolEvent};
+use crate::tools::{HistoryCall, HistoryMessage, ToolCallParser, ToolEvent};
 
 /// The request's settings a response object repeats.
 pub struct Echo {
@@ -25,6 +28,16 @@ pub struct Echo {
     pub text: Value,
     pub top_logprobs: Option<i64>,
     pub metadata: Value,
+    pub previous_response_id: Option<String>,
+    /// Whether the response will be kept (`store`, and a store to keep it in).
+    pub store: bool,
+}
+
+/// Where a finished response is kept, with the conversation it answers (without its
+/// instructions).
+pub struct Keep {
+    pub store: Arc<ResponseStore>,
+    pub conversation: Vec<HistoryMessage>,
 }
 
 pub struct ResponsesFormat {
@@ -41,27 +54,31 @@ pub struct ResponsesFormat {
     held_logprobs: Vec<ChatEntry>,
     /// How the reply ended, once it has.
     ended: Option<Completion>,
+    /// Kept once finished, when the request asked.
+    keep: Option<Keep>,
 }
 
 impl ResponsesFormat {
-    /// `request`: the engine's request id; the response is `resp_<request>`.
+    /// `id`: `resp_<unique>`; item ids end with its unique part.
     pub fn new(
-        request: u64,
+        id: String,
         model: String,
         echo: Echo,
         parser: Option<ToolCallParser>,
         logprobs: Option<TokenNames>,
+        keep: Option<Keep>,
     ) -> Self {
         Self {
-            id: format!("resp_{request}"),
+            items: OutputItems::new(id.strip_prefix("resp_").unwrap_or(&id)),
+            id,
             created_at: crate::openai::unix_now(),
             model,
             echo,
-            items: OutputItems::new(&request.to_string()),
             parser,
             logprobs,
             held_logprobs: Vec::new(),
             ended: None,
+            keep,
         }
     }
 
@@ -72,7 +89,19 @@ impl ResponsesFormat {
             self.choice_done(&choice.done);
         }
         let status = self.status();
-        self.object(status, Some(&collected.done.usage))
+        let response = self.object(status, Some(&collected.done.usage));
+        self.keep(&response);
+        response
+    }
+
+    /// Keeps a finished response (cut short too, as OpenAI does), its reply added to the
+    /// conversation as the assistant's turn.
+    fn keep(&mut self, response: &Value) {
+        let Some(Keep { store, mut conversation }) = self.keep.take() else { return };
+        if matches!(self.status(), "completed" | "incomplete") {
+            conversation.push(reply_message(self.items.items()));
+            store.insert(self.id.clone(), response.clone(), conversation);
+        }
     }
 
     /// `completed`, or why not.
@@ -108,10 +137,9 @@ impl ResponsesFormat {
             "model": self.model,
             "output": self.items.items(),
             "parallel_tool_calls": echo.parallel_tool_calls,
-            "previous_response_id": null,
+            "previous_response_id": echo.previous_response_id,
             "reasoning": {"effort": null, "summary": null},
-            // Nothing is kept: a later request cannot refer to this one.
-            "store": false,
+            "store": echo.store,
             "temperature": echo.temperature,
             "text": echo.text,
             "tool_choice": echo.tool_choice,
@@ -139,6 +167,25 @@ impl ResponsesFormat {
                 self.items.arguments(&fragment)
             }
         }
+    }
+}
+
+/// A reply's output items as the assistant's turn of a chat history: its text, its calls.
+fn reply_message(items: &[Value]) -> HistoryMessage {
+    let text = |item: &Value| -> String {
+        let parts = item["content"].as_array().into_iter().flatten();
+        parts.filter_map(|part| part["text"].as_str()).collect()
+    };
+    let field = |item: &Value, key: &str| item[key].as_str().unwrap_or_default().to_string();
+    HistoryMessage {
+        role: "assistant".into(),
+        content: items.iter().filter(|i| i["type"] == "message").map(text).collect(),
+        tool_calls: items
+            .iter()
+            .filter(|i| i["type"] == "function_call")
+            .map(|i| HistoryCall { id: field(i, "call_id"), name: field(i, "name"), arguments: field(i, "arguments") })
+            .collect(),
+        tool_call_id: None,
     }
 }
 
@@ -195,6 +242,7 @@ impl StreamFormat for ResponsesFormat {
             _ => "response.failed",
         };
         let response = self.object(status, Some(usage));
+        self.keep(&response);
         vec![self.items.event(kind, json!({"response": response}))]
     }
 }

@@ -12,15 +12,21 @@ use rillm_backend::Constraint;
 
 const ROLES: &[&str] = &["system", "developer", "user", "assistant"];
 
-/// The chat history: `instructions` first (as a system message), then every input item.
+/// The prompt's history: `instructions` (as a system message) before the conversation.
+pub fn with_instructions(instructions: Option<&str>, conversation: &[HistoryMessage]) -> Vec<HistoryMessage> {
+    let system = instructions.filter(|t| !t.is_empty()).map(|text| message("system", text.to_string()));
+    system.into_iter().chain(conversation.iter().cloned()).collect()
+}
+
+/// The conversation so far (`earlier`: a kept response's), then every input item.
 /// Consecutive function calls join the assistant turn before them, as chat writes them.
-pub fn history(instructions: Option<String>, input: Value) -> Result<Vec<HistoryMessage>, ApiError> {
-    let mut history = Vec::new();
-    if let Some(text) = instructions.filter(|t| !t.is_empty()) {
-        history.push(message("system", text));
-    }
+pub fn conversation(earlier: &[HistoryMessage], input: Value) -> Result<Vec<HistoryMessage>, ApiError> {
+    let mut history = earlier.to_vec();
     let items = match input {
-        Value::String(text) => return Ok(with(history, HistoryMessage::user(text))),
+        Value::String(text) => {
+            history.push(HistoryMessage::user(text));
+            return Ok(history);
+        }
         Value::Array(items) if !items.is_empty() => items,
         Value::Array(_) => return Err(ApiError::invalid("input", "`input` must contain at least one item")),
         _ => return Err(ApiError::invalid("input", "`input` must be a string or a list of items")),
@@ -39,7 +45,17 @@ pub fn history(instructions: Option<String>, input: Value) -> Result<Vec<History
                     _ => history.push(HistoryMessage { tool_calls: vec![call], ..message("assistant", String::new()) }),
                 }
             }
-            "function_call_output" => history.push(function_call_output(i, &item)?),
+            "function_call_output" => {
+                let output = function_call_output(i, &item)?;
+                let answered = output.tool_call_id.as_deref();
+                if !history.iter().flat_map(|m| &m.tool_calls).any(|c| Some(c.id.as_str()) == answered) {
+                    return Err(ApiError::invalid(
+                        format!("input[{i}].call_id"),
+                        "this `call_id` answers no function call earlier in the conversation",
+                    ));
+                }
+                history.push(output);
+            }
             other => {
                 return Err(ApiError::invalid(
                     format!("input[{i}].type"),
@@ -52,11 +68,6 @@ pub fn history(instructions: Option<String>, input: Value) -> Result<Vec<History
         }
     }
     Ok(history)
-}
-
-fn with(mut history: Vec<HistoryMessage>, message: HistoryMessage) -> Vec<HistoryMessage> {
-    history.push(message);
-    history
 }
 
 fn message(role: &str, content: String) -> HistoryMessage {
@@ -218,7 +229,7 @@ mod tests {
             {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Sunny."}]},
             {"role": "user", "content": [{"type": "input_text", "text": "And "}, {"type": "input_text", "text": "now?"}]},
         ]);
-        let history = history(Some("Be brief.".into()), input).expect("read");
+        let history = with_instructions(Some("Be brief."), &conversation(&[], input).expect("read"));
         let roles: Vec<&str> = history.iter().map(|m| m.role.as_str()).collect();
         assert_eq!(roles, ["system", "user", "assistant", "tool", "assistant", "user"]);
         assert_eq!(history[0].content, "Be brief.");
@@ -227,13 +238,16 @@ mod tests {
         assert_eq!(calls, [("call_1", "{\"city\":\"Paris\"}"), ("call_2", "{\"city\":\"Nice\"}")]);
         assert_eq!((history[3].tool_call_id.as_deref(), history[3].content.as_str()), (Some("call_1"), "sunny"));
         assert_eq!(history[5].content, "And now?");
-        let plain = super::history(None, json!("Hi")).expect("read");
+        let plain = conversation(&[], json!("Hi")).expect("read");
         assert_eq!((plain.len(), plain[0].role.as_str(), plain[0].content.as_str()), (1, "user", "Hi"));
+        let resumed = conversation(&history[1..4], json!("And Nice?")).expect("read");
+        let roles: Vec<&str> = resumed.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["user", "assistant", "tool", "user"], "the kept conversation, then the new input");
     }
 
     #[test]
     fn input_it_cannot_serve_is_refused_by_name() {
-        let refused = |input: Value| param(history(None, input));
+        let refused = |input: Value| param(conversation(&[], input));
         assert_eq!(refused(json!([])), "input");
         assert_eq!(refused(json!(3)), "input");
         assert_eq!(refused(json!([{"role": "tool", "content": "x"}])), "input[0].role");
@@ -246,6 +260,8 @@ mod tests {
         assert_eq!(refused(json!([{"type": "function_call", "name": "f", "arguments": "{}"}])), "input[0].call_id");
         assert_eq!(refused(json!([{"type": "function_call", "call_id": "c", "arguments": "{}"}])), "input[0].name");
         assert_eq!(refused(json!([{"type": "function_call_output", "output": "x"}])), "input[0].call_id");
+        let unanswerable = json!([{"type": "function_call_output", "call_id": "call_9", "output": "x"}]);
+        assert_eq!(refused(unanswerable), "input[0].call_id", "a result must answer a call");
     }
 
     #[test]

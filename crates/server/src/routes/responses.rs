@@ -4,8 +4,11 @@
 
 use std::time::Instant;
 
-use axum::extract::State;
-use axum::response::Response;
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -14,10 +17,10 @@ use crate::error::ApiError;
 use crate::json::JsonBody;
 use crate::logprobs::{TokenNames, MAX_TOP_LOGPROBS};
 use crate::openai::{respond, GenerationParams, SamplingFields, StopFields};
-use crate::responses::{self, Echo, ResponsesFormat};
+use crate::responses::{self, Echo, Keep, ResponsesFormat};
 use crate::state::AppState;
 use crate::structured::{constrain, refuse_unknown_fields};
-use crate::tools::{self, ToolCallParser, ToolChoice};
+use crate::tools::{self, HistoryMessage, ToolCallParser, ToolChoice};
 
 #[derive(Debug, Deserialize)]
 pub struct ResponsesBody {
@@ -35,10 +38,12 @@ pub struct ResponsesBody {
     include: Option<Vec<String>>,
     top_logprobs: Option<i64>,
     metadata: Option<Value>,
+    /// Keep the response for `previous_response_id` (OpenAI's default: true).
+    store: Option<bool>,
     truncation: Option<String>,
     reasoning: Option<Value>,
     background: Option<bool>,
-    previous_response_id: Option<Value>,
+    previous_response_id: Option<String>,
     conversation: Option<Value>,
     /// vLLM's, as on chat: with `min_tokens`, AIPerf's recipe for fixed output lengths.
     ignore_eos: Option<bool>,
@@ -48,8 +53,7 @@ pub struct ResponsesBody {
     /// vLLM's stop_token_ids, min_tokens, include_stop_str_in_output, truncate_prompt_tokens.
     #[serde(flatten)]
     stop_fields: StopFields,
-    /// Everything else: refused by name unless it changes nothing (`store` among those:
-    /// accepted, and answered `false`, as rillm keeps no responses).
+    /// Everything else: refused by name unless it changes nothing.
     #[serde(flatten)]
     other: Map<String, Value>,
 }
@@ -76,9 +80,14 @@ pub async fn create_response(
     if let (Some(c), Some(_)) = (&constraint, tool_request.as_ref().filter(|t| t.choice != ToolChoice::None)) {
         return Err(ApiError::invalid(c.param.clone(), "an output constraint and `tools` cannot both shape the reply"));
     }
+    let earlier = match &body.previous_response_id {
+        Some(id) => earlier_conversation(&state, id)?,
+        None => Default::default(),
+    };
+    let conversation = responses::conversation(&earlier, input)?;
+    let history = responses::with_instructions(body.instructions.as_deref(), &conversation);
     let dialect = state.tool_dialect();
-    let prompt =
-        tools::render_prompt(responses::history(body.instructions.clone(), input)?, tool_request.as_ref(), dialect)?;
+    let prompt = tools::render_prompt(history, tool_request.as_ref(), dialect)?;
     let mut request = GenerationParams {
         max_tokens: body.max_output_tokens,
         max_tokens_param: "max_output_tokens",
@@ -107,27 +116,63 @@ pub async fn create_response(
         text: body.text.unwrap_or_else(|| json!({"format": {"type": "text"}})),
         top_logprobs: body.top_logprobs,
         metadata: body.metadata.unwrap_or_else(|| json!({})),
+        previous_response_id: body.previous_response_id,
+        store: body.store != Some(false) && state.responses.enabled(),
     };
+    let keep = echo.store.then(|| Keep { store: state.responses.clone(), conversation });
     let admitted = admit(&state, "responses", fields, request, received).await?;
-    let id = admitted.stream.id();
-    let parser = tool_request.map(|_| ToolCallParser::new(format!("call_{id}_"), dialect.format));
+    // Random, not the engine's request number: a kept id must not recur after a restart.
+    let unique = format!("{:032x}", rand::random::<u128>());
+    let parser = tool_request.map(|_| ToolCallParser::new(format!("call_{unique}_"), dialect.format));
     let names = logprobs.map(|_| TokenNames::Text);
-    let format = ResponsesFormat::new(id, state.model_name(), echo, parser, names);
+    let format = ResponsesFormat::new(format!("resp_{unique}"), state.model_name(), echo, parser, names, keep);
     respond(admitted, format, body.stream, |mut format, collected| format.whole(collected)).await
+}
+
+/// The conversation a kept response ended, to go on from.
+fn earlier_conversation(state: &AppState, id: &str) -> Result<Arc<Vec<HistoryMessage>>, ApiError> {
+    if !state.responses.enabled() {
+        return Err(ApiError::invalid(
+            "previous_response_id",
+            "this server keeps no responses (--responses-store-mib 0); send the whole conversation in `input`",
+        ));
+    }
+    state.responses.conversation(id).ok_or_else(|| {
+        ApiError::invalid("previous_response_id", format!("Previous response with id '{id}' not found."))
+            .with_code("previous_response_not_found")
+    })
+}
+
+/// `GET /v1/responses/{id}`: a kept response.
+pub async fn retrieve(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let response = state.responses.response(&id).ok_or_else(|| response_not_found(&id))?;
+    Ok(Json(response.as_ref()).into_response())
+}
+
+/// `DELETE /v1/responses/{id}`: forget a kept response.
+pub async fn delete(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    if !state.responses.delete(&id) {
+        return Err(response_not_found(&id));
+    }
+    Ok(Json(json!({"id": id, "object": "response", "deleted": true})).into_response())
+}
+
+fn response_not_found(id: &str) -> ApiError {
+    ApiError::not_found_param("response_id", format!("Response with id '{id}' not found."))
 }
 
 /// Fields that need state rillm does not keep, or work it does not do: each a 400 naming it.
 fn refuse_stateful_and_unserved(body: &ResponsesBody) -> Result<(), ApiError> {
-    let no_state = "rillm keeps no earlier responses or conversations; send the whole conversation in `input`";
-    for (value, param) in [(&body.previous_response_id, "previous_response_id"), (&body.conversation, "conversation")] {
-        if value.as_ref().is_some_and(|v| !v.is_null()) {
-            return Err(ApiError::invalid(param, no_state));
-        }
+    if body.conversation.as_ref().is_some_and(|v| !v.is_null()) {
+        return Err(ApiError::invalid(
+            "conversation",
+            "conversations are not kept; continue one with `previous_response_id` or send it whole in `input`",
+        ));
     }
     if body.background == Some(true) {
         return Err(ApiError::invalid(
             "background",
-            "background responses need stored responses, which rillm keeps none of",
+            "background responses are not supported; stream the response instead",
         ));
     }
     if body.truncation.as_deref().is_some_and(|t| t != "disabled") {
