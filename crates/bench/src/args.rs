@@ -237,7 +237,7 @@ fn parse_json_object(s: &str) -> Result<serde_json::Value, String> {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ProtocolArg {
-    /// From the URL path: /v1/chat/completions, /v1/completions, /generate (rillm),
+    /// From the URL path: /v1/chat/completions, /v1/completions, /v1/responses, /generate (rillm),
     /// /generate_stream (TGI), /v2/models/M/generate_stream (Triton), /completion (llama.cpp).
     Auto,
     /// rillm's `/generate`.
@@ -246,6 +246,8 @@ pub enum ProtocolArg {
     Completions,
     /// OpenAI chat completions, reasoning deltas included.
     Chat,
+    /// OpenAI's Responses API (`/v1/responses`).
+    Responses,
     /// SGLang's native `/generate`.
     Sglang,
     /// TGI's `/generate_stream`.
@@ -262,13 +264,14 @@ impl ProtocolArg {
             Self::Generate => Protocol::Generate,
             Self::Completions => Protocol::Completions,
             Self::Chat => Protocol::Chat,
+            Self::Responses => Protocol::Responses,
             Self::Sglang => Protocol::Sglang,
             Self::Tgi => Protocol::Tgi,
             Self::Triton => Protocol::Triton,
             Self::Llamacpp => Protocol::Llamacpp,
             Self::Auto => {
                 return Protocol::from_url(url).ok_or_else(|| {
-                    format!("cannot tell the protocol from {url}; pass --protocol generate|completions|chat|sglang|tgi|triton|llamacpp")
+                    format!("cannot tell the protocol from {url}; pass --protocol generate|completions|chat|responses|sglang|tgi|triton|llamacpp")
                 })
             }
         })

@@ -10,33 +10,24 @@ mod support;
 
 use support::{bench_result, serial, start_server};
 
-fn bench(args: &[&str], name: &str) -> Value {
-    bench_result(args, &format!("structured-{name}"))
+fn bench<S: AsRef<str>>(args: &[S], name: &str) -> Value {
+    let args: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
+    bench_result(&args, &format!("structured-{name}"))
+}
+
+/// The shipped schemas, round-robin, greedy, 300 tokens at most.
+fn schema_workload(url: &str, requests: &str, concurrency: &str) -> Vec<String> {
+    let schemas = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/schemas");
+    let args = ["--url", url, "--response-format", "json_schema", "--schemas", schemas.to_str().unwrap_or_default()];
+    let load = ["--requests", requests, "--concurrency", concurrency, "--max-tokens", "300", "--temperature", "0"];
+    args.iter().chain(&load).map(|a| a.to_string()).collect()
 }
 
 #[test]
 fn a_json_schema_workload_checks_every_output_against_its_schema() {
     let _serial = serial();
     let server = start_server(1024, &[]);
-    let schemas = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/schemas");
-    let url = server.url("/v1/chat/completions");
-    let args = [
-        "--url",
-        &url,
-        "--response-format",
-        "json_schema",
-        "--schemas",
-        schemas.to_str().unwrap(),
-        "--requests",
-        "32",
-        "--concurrency",
-        "4",
-        "--max-tokens",
-        "300",
-        "--temperature",
-        "0",
-    ];
-    let result = bench(&args, "schema");
+    let result = bench(&schema_workload(&server.url("/v1/chat/completions"), "32", "4"), "schema");
     let summary = &result["structured_outputs"];
     let (checked, finished, valid) = (
         summary["checked"].as_u64().unwrap(),
@@ -108,4 +99,23 @@ fn choice_and_regex_workloads_over_generate_and_completions() {
     );
     let s = &regex["structured_outputs"];
     assert_eq!((s["finished"].as_u64(), s["valid"].as_u64()), (Some(3), Some(3)), "{s}");
+}
+
+/// The Responses API as the bench speaks it: schemas in `text.format`, text from its deltas,
+/// the server's usage and finish reason from the `response.completed` that ends each stream.
+#[test]
+fn a_json_schema_workload_over_the_responses_api() {
+    let _serial = serial();
+    let server = start_server(1024, &[]);
+    let result = bench(&schema_workload(&server.url("/v1/responses"), "6", "2"), "responses");
+    assert_eq!(result["protocol"], "responses", "picked from the URL path");
+    let s = &result["structured_outputs"];
+    assert_eq!(result["completed"].as_u64(), Some(6), "{s}");
+    assert_eq!(s["valid"], s["finished"], "every finished output is schema-valid: {s}");
+    for r in result["requests"].as_array().unwrap() {
+        let reason = r["finish_reason"].as_str().unwrap_or_default();
+        assert!(reason == "stop" || reason == "length", "{r}");
+        assert!(r["completion_tokens"].as_u64().is_some_and(|n| n > 0), "the server's count: {r}");
+        assert!(r["prompt_tokens"].as_u64().is_some_and(|n| n > 0), "{r}");
+    }
 }

@@ -213,6 +213,9 @@ impl StreamDecoder {
         if data == "[DONE]" {
             return Chunk::end();
         }
+        if self.protocol == Protocol::Responses {
+            return responses(data);
+        }
         let Ok(p) = serde_json::from_str::<Payload>(data) else {
             return Chunk::default();
         };
@@ -222,6 +225,7 @@ impl StreamDecoder {
         match self.protocol {
             Protocol::Generate => generate(event_type, p),
             Protocol::Completions | Protocol::Chat => self.openai(p),
+            Protocol::Responses => Chunk::default(),
             Protocol::Sglang => self.sglang(p),
             Protocol::Tgi => tgi(p),
             Protocol::Triton => Chunk { text: p.text_output.unwrap_or_default().into_owned(), ..Chunk::default() },
@@ -300,6 +304,78 @@ impl StreamDecoder {
             }
         }
         chunk
+    }
+}
+
+/// One event of the Responses API's stream, told by its `type`.
+#[derive(Deserialize)]
+struct ResponsesEvent<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow, default)]
+    delta: Option<Cow<'a, str>>,
+    /// The whole response, on the events that end the stream.
+    #[serde(default)]
+    response: Option<ResponseState>,
+}
+
+#[derive(Deserialize, Default)]
+struct ResponseState {
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    incomplete_details: Option<Value>,
+    #[serde(default)]
+    usage: Option<ResponsesUsage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct ResponsesUsage {
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    input_tokens_details: Option<PromptDetails>,
+}
+
+/// Text and reasoning deltas; the end, with usage and why, from `response.completed` (vLLM
+/// ends every finished stream so, its status saying whether `max_output_tokens` cut it) or
+/// OpenAI's `response.incomplete` / `response.failed`. Structural events carry nothing.
+fn responses(data: &str) -> Chunk {
+    let Ok(event) = serde_json::from_str::<ResponsesEvent>(data) else { return Chunk::default() };
+    let delta = || event.delta.as_deref().unwrap_or_default().to_string();
+    match event.kind.as_ref() {
+        "response.output_text.delta" => Chunk { text: delta(), ..Chunk::default() },
+        "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
+            Chunk { reasoning: delta(), ..Chunk::default() }
+        }
+        "response.completed" | "response.incomplete" | "response.failed" => {
+            let state = event.response.unwrap_or_default();
+            if let Some(error) = state.error.as_ref().filter(|e| !e.is_null()) {
+                return Chunk { error: Some(error_message(error)), ..Chunk::default() };
+            }
+            let cut = state.incomplete_details.as_ref().and_then(|d| d["reason"].as_str()).map(|reason| {
+                if reason == "max_output_tokens" {
+                    "length".to_string()
+                } else {
+                    reason.to_string()
+                }
+            });
+            let finish_reason = match state.status.as_deref() {
+                Some("incomplete") => cut.or(Some("length".into())),
+                Some("completed") => Some("stop".into()),
+                other => other.map(str::to_string),
+            };
+            let usage = state.usage.and_then(|u| {
+                some_usage(UsageInfo {
+                    completion_tokens: n(u.output_tokens),
+                    prompt_tokens: n(u.input_tokens),
+                    cached_tokens: n(u.input_tokens_details.and_then(|d| d.cached_tokens)),
+                })
+            });
+            Chunk { usage, finish_reason, ..Chunk::end() }
+        }
+        _ => Chunk::default(),
     }
 }
 
@@ -476,12 +552,39 @@ mod tests {
     }
 
     #[test]
+    fn responses_deltas_and_the_end_with_usage_and_why() {
+        let r = Protocol::Responses;
+        let created =
+            r#"{"type":"response.created","sequence_number":0,"response":{"status":"in_progress","usage":null}}"#;
+        assert_eq!(one(r, "response.created", created), Chunk::default(), "structural events carry nothing");
+        let delta = r#"{"type":"response.output_text.delta","item_id":"m","output_index":0,"content_index":0,"delta":" Hi","sequence_number":4}"#;
+        assert_eq!(one(r, "response.output_text.delta", delta), text(" Hi"));
+        let done = r#"{"type":"response.output_text.done","text":" Hi","sequence_number":5}"#;
+        assert_eq!(one(r, "response.output_text.done", done), Chunk::default(), "the whole text again is not new");
+        let cut = r#"{"type":"response.completed","response":{"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},
+            "usage":{"input_tokens":9,"input_tokens_details":{"cached_tokens":4},"output_tokens":3,"total_tokens":12},"error":null}}"#;
+        let end = one(r, "response.completed", cut);
+        assert!(end.finished && end.end);
+        assert_eq!(end.finish_reason.as_deref(), Some("length"));
+        assert_eq!(
+            end.usage,
+            Some(UsageInfo { completion_tokens: Some(3), prompt_tokens: Some(9), cached_tokens: Some(4) })
+        );
+        let whole = r#"{"type":"response.completed","response":{"status":"completed","usage":{"output_tokens":7}}}"#;
+        assert_eq!(one(r, "", whole).finish_reason.as_deref(), Some("stop"));
+        let failed = r#"{"type":"response.failed","response":{"status":"failed","error":{"code":"server_error","message":"boom"}}}"#;
+        assert_eq!(one(r, "response.failed", failed).error.as_deref(), Some("boom"));
+        assert_eq!(one(r, "error", r#"{"type":"error","message":"bad"}"#).error.as_deref(), Some("bad"));
+    }
+
+    #[test]
     fn garbage_is_ignored_not_fatal() {
         for data in ["", "{", "null", "[1,2", "\u{0}\u{1}", "{\"choices\": 5}"] {
             for p in [
                 Protocol::Generate,
                 Protocol::Completions,
                 Protocol::Chat,
+                Protocol::Responses,
                 Protocol::Sglang,
                 Protocol::Tgi,
                 Protocol::Triton,

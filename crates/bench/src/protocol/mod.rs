@@ -17,6 +17,9 @@ pub enum Protocol {
     Completions,
     /// OpenAI `POST /v1/chat/completions`, reasoning deltas included.
     Chat,
+    /// OpenAI's Responses API, `POST /v1/responses` (vLLM, SGLang, rillm): text deltas,
+    /// usage in the `response.completed` that ends the stream.
+    Responses,
     /// SGLang's native `POST /generate`: cumulative `text`, `meta_info`, `[DONE]`.
     Sglang,
     /// TGI's `POST /generate_stream`: one `token` object per event, `generated_text` last.
@@ -34,6 +37,8 @@ impl Protocol {
         let path = url.split('?').next().unwrap_or(url).trim_end_matches('/');
         if path.ends_with("/chat/completions") {
             Some(Self::Chat)
+        } else if path.ends_with("/v1/responses") {
+            Some(Self::Responses)
         } else if path.ends_with("/completions") {
             Some(Self::Completions)
         } else if path.ends_with("/completion") {
@@ -53,6 +58,11 @@ impl Protocol {
     /// from a finished one.
     pub fn has_end_marker(self) -> bool {
         self != Self::Triton
+    }
+
+    /// Whether prompts go as chat messages (a conversation's turns as they are), not text.
+    pub fn takes_messages(self) -> bool {
+        matches!(self, Self::Chat | Self::Responses)
     }
 }
 
@@ -132,6 +142,8 @@ pub fn request_body(protocol: Protocol, spec: &RequestSpec, opts: &BodyOptions) 
             "stream": true,
             "stream_options": {"include_usage": true},
         }),
+        // Usage comes in the last event without asking.
+        Protocol::Responses => json!({"input": spec.prompt.as_messages(), "max_output_tokens": n, "stream": true}),
         Protocol::Sglang => {
             json!({"text": spec.prompt.as_text(), "sampling_params": {"max_new_tokens": n}, "stream": true})
         }
@@ -142,7 +154,7 @@ pub fn request_body(protocol: Protocol, spec: &RequestSpec, opts: &BodyOptions) 
             json!({"prompt": spec.prompt.as_text(), "n_predict": n, "stream": true, "cache_prompt": true})
         }
     };
-    if let (Some(model), Protocol::Completions | Protocol::Chat) = (&opts.model, protocol) {
+    if let (Some(model), Protocol::Completions | Protocol::Chat | Protocol::Responses) = (&opts.model, protocol) {
         body["model"] = json!(model);
     }
     // Sampling knobs sit where each engine reads them.
@@ -180,7 +192,7 @@ pub fn request_body(protocol: Protocol, spec: &RequestSpec, opts: &BodyOptions) 
 /// The body fields that ask `protocol`'s engine for an output constraint, or why it can't.
 /// OpenAI protocols get OpenAI's `response_format` for JSON and vLLM's `structured_outputs`
 /// for regex and choice (rillm reads both, on `/generate` too); llama.cpp's native endpoint
-/// its `json_schema`; TGI its `grammar`.
+/// its `json_schema`; TGI its `grammar`; the Responses API its `text.format`.
 pub fn constraint_fields(c: &OutputConstraint, protocol: Protocol) -> Result<Value, String> {
     Ok(match (protocol, c.format()) {
         (Protocol::Chat | Protocol::Completions | Protocol::Generate, format) => match format {
@@ -190,6 +202,10 @@ pub fn constraint_fields(c: &OutputConstraint, protocol: Protocol) -> Result<Val
             ResponseFormat::Regex => json!({"structured_outputs": {"regex": c.pattern()}}),
             ResponseFormat::Choice => json!({"structured_outputs": {"choice": c.choices()}}),
         },
+        (Protocol::Responses, ResponseFormat::JsonSchema) => {
+            json!({"text": {"format": {"type": "json_schema", "name": c.name, "schema": c.schema(), "strict": true}}})
+        }
+        (Protocol::Responses, ResponseFormat::JsonObject) => json!({"text": {"format": {"type": "json_object"}}}),
         (Protocol::Llamacpp, ResponseFormat::JsonSchema) => json!({"json_schema": c.schema()}),
         (Protocol::Llamacpp, ResponseFormat::JsonObject) => json!({"json_schema": {"type": "object"}}),
         (Protocol::Tgi, ResponseFormat::JsonSchema) => {
@@ -225,6 +241,7 @@ mod tests {
         assert_eq!(Protocol::from_url("http://h:1/generate"), Some(Protocol::Generate));
         assert_eq!(Protocol::from_url("http://h/v1/completions/"), Some(Protocol::Completions));
         assert_eq!(Protocol::from_url("http://h/v1/chat/completions?x=1"), Some(Protocol::Chat));
+        assert_eq!(Protocol::from_url("http://h/v1/responses"), Some(Protocol::Responses));
         assert_eq!(Protocol::from_url("http://h/completion"), Some(Protocol::Llamacpp));
         assert_eq!(Protocol::from_url("http://h/generate_stream"), Some(Protocol::Tgi));
         assert_eq!(Protocol::from_url("http://h/v2/models/ensemble/generate_stream"), Some(Protocol::Triton));
@@ -259,11 +276,17 @@ mod tests {
         let chat = request_body(
             Protocol::Chat,
             &spec,
-            &BodyOptions { extra: Some(json!({"chat_template_kwargs": {"enable_thinking": false}})), ..opts },
+            &BodyOptions { extra: Some(json!({"chat_template_kwargs": {"enable_thinking": false}})), ..opts.clone() },
         );
         assert_eq!(
             (chat["model"].as_str(), chat["chat_template_kwargs"]["enable_thinking"].as_bool()),
             (Some("m"), Some(false))
+        );
+        let responses = request_body(Protocol::Responses, &spec, &BodyOptions { extra: None, ..opts });
+        assert_eq!(
+            responses,
+            json!({"input": [{"role": "user", "content": "hi"}], "max_output_tokens": 7, "stream": true, "model": "m",
+                "ignore_eos": true, "temperature": 0.0})
         );
     }
 }

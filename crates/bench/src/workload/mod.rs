@@ -75,7 +75,7 @@ pub async fn build(
     pool_size: usize,
     levels: usize,
 ) -> Result<Built, BenchError> {
-    let chat = protocol == Protocol::Chat;
+    let chat = protocol.takes_messages();
     if let Some(path) = &args.trace {
         let counter = counter(args, client, base).await?;
         return trace_workload(args, path, chat, &counter).await;
