@@ -46,6 +46,9 @@ pub const HOST_CACHE_RESTORES: &str = "rillm_prefix_cache_host_restores_total";
 pub const HOST_CACHE_RESTORE_FAILURES: &str = "rillm_prefix_cache_host_restore_failures_total";
 pub const HOST_CACHE_RESTORED_TOKENS: &str = "rillm_prefix_cache_host_restored_tokens_total";
 pub const HOST_CACHE_RESTORE_SECONDS: &str = "rillm_prefix_cache_host_restore_seconds";
+/// The Responses API's kept responses (`--responses-store-mib`).
+pub const RESPONSES_KEPT_BYTES: &str = "rillm_responses_store_bytes";
+pub const RESPONSES_KEPT: &str = "rillm_responses_store_entries";
 pub const STRUCTURED_COMPILES: &str = "rillm_structured_compiles_total";
 pub const STRUCTURED_COMPILE_FAILURES: &str = "rillm_structured_compile_failures_total";
 pub const STRUCTURED_COMPILE_SECONDS: &str = "rillm_structured_compile_seconds";
@@ -97,6 +100,8 @@ const GAUGES: &[(&str, &str)] = &[
     (HOST_CACHE_ENTRIES, "Prefixes held by the host-memory cache tier."),
     (HOST_CACHE_RESTORE_SECONDS, "Seconds spent restoring prefixes from the host-memory tier, in all."),
     (STRUCTURED_COMPILE_SECONDS, "Seconds spent compiling output constraints, in all."),
+    (RESPONSES_KEPT_BYTES, "Bytes of Responses API responses kept for previous_response_id."),
+    (RESPONSES_KEPT, "Responses API responses kept for previous_response_id."),
 ];
 const HISTOGRAMS: &[(&str, &str)] = &[
     (TTFT, "Histogram of time to first token in seconds."),
@@ -141,6 +146,12 @@ pub fn handle() -> &'static PrometheusHandle {
         }
         handle
     })
+}
+
+/// The Responses API's store, as it is now.
+pub fn record_responses_store(bytes: usize, entries: usize) {
+    gauge!(RESPONSES_KEPT_BYTES).set(bytes as f64);
+    gauge!(RESPONSES_KEPT).set(entries as f64);
 }
 
 /// Renders the exposition text, refreshing the engine gauges first.

@@ -47,6 +47,8 @@ async fn a_conversation_goes_on_from_a_kept_response_which_can_be_retrieved_and_
     assert!(second["usage"]["input_tokens_details"]["cached_tokens"].as_u64().unwrap() > 0, "{second}");
     assert!(second_in < first_in + first_out + 40, "{second_in}");
 
+    assert!(server.metric("rillm_responses_store_entries").await >= 2.0);
+    assert!(server.metric("rillm_responses_store_bytes").await > 0.0);
     let kept: Value = get(&server, id).await.json().await.unwrap();
     assert_eq!(kept["output"], first["output"]);
     let deleted = server.client.delete(server.url(&format!("/v1/responses/{id}"))).send().await.unwrap();

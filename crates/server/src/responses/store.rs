@@ -90,6 +90,11 @@ impl ResponseStore {
     pub fn bytes(&self) -> usize {
         self.lock().bytes
     }
+
+    /// Responses kept now.
+    pub fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
 }
 
 impl Kept {

@@ -58,6 +58,7 @@ pub async fn models(State(state): State<AppState>) -> Response {
 }
 
 pub async fn prometheus(State(state): State<AppState>) -> Response {
+    metrics::record_responses_store(state.responses.bytes(), state.responses.len());
     let body = metrics::render(state.backend().map(|b| b.as_ref()));
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
 }
