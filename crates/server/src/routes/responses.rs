@@ -2,9 +2,8 @@
 //! chat request (`crate::responses` reads its input, tools and `text.format`), so it is
 //! admitted, constrained and generated as chat is; only its shapes differ.
 
-use std::time::Instant;
-
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
@@ -71,7 +70,7 @@ pub async fn create_response(
     let received = Instant::now();
     state.check_model(body.model.as_deref())?;
     refuse_unknown_fields(&body.other)?;
-    refuse_stateful_and_unserved(&body)?;
+    refuse_unserved(&body)?;
     let logprobs = logprobs(body.include.as_deref(), body.top_logprobs)?;
     let input = body.input.ok_or_else(|| ApiError::invalid("input", "`input` is required"))?;
     let tool_request =
@@ -161,8 +160,9 @@ fn response_not_found(id: &str) -> ApiError {
     ApiError::not_found_param("response_id", format!("Response with id '{id}' not found."))
 }
 
-/// Fields that need state rillm does not keep, or work it does not do: each a 400 naming it.
-fn refuse_stateful_and_unserved(body: &ResponsesBody) -> Result<(), ApiError> {
+/// Fields asking for what rillm does not do (background work, conversations, reasoning,
+/// truncation): each a 400 naming it.
+fn refuse_unserved(body: &ResponsesBody) -> Result<(), ApiError> {
     if body.conversation.as_ref().is_some_and(|v| !v.is_null()) {
         return Err(ApiError::invalid(
             "conversation",
