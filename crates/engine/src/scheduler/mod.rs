@@ -273,9 +273,11 @@ impl<E: Executor> Scheduler<E> {
         // Nor is anything drafted in a step that ends a prompt: that step gives a request its
         // first token, and verification rows (each about a prompt token's compute) would
         // hold it back; the running streams draft again a step later.
-        let first_token_due = self.slots.iter().flatten().any(|s| {
-            s.is_prefilling() && !s.awaits_fork && s.prompt_left().len() <= self.batch.step_budget()
-        });
+        let first_token_due = self
+            .slots
+            .iter()
+            .flatten()
+            .any(|s| s.is_prefilling() && !s.awaits_fork && s.prompt_left().len() <= self.batch.step_budget());
         if self.speculative && self.queue.is_empty() && !first_token_due {
             let budget = self.batch.draft_budget(&self.slots);
             let ctx_limit = self.executor.ctx_per_sequence();
