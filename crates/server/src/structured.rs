@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::admission::Fields;
 use crate::error::ApiError;
+use crate::tools::{ToolChoice, ToolRequest};
 
 /// The constraint fields of a request body (flattened into each endpoint's body).
 #[derive(Debug, Default, Deserialize)]
@@ -86,6 +87,20 @@ impl ConstraintFields {
             ));
         }
         Ok(found.pop())
+    }
+}
+
+/// An output constraint and callable tools cannot both shape one reply (tools under
+/// `tool_choice: none` leave the constraint alone): a 400 naming the constraint's field.
+pub fn refuse_beside_tools(
+    constraint: Option<&RequestedConstraint>,
+    tools: Option<&ToolRequest>,
+) -> Result<(), ApiError> {
+    match (constraint, tools.filter(|t| t.choice != ToolChoice::None)) {
+        (Some(c), Some(_)) => {
+            Err(ApiError::invalid(c.param.clone(), "an output constraint and `tools` cannot both shape the reply"))
+        }
+        _ => Ok(()),
     }
 }
 

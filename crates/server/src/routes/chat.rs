@@ -19,10 +19,8 @@ use crate::openai::{
 };
 use crate::sse::{json_event, CollectedChoice, StreamFormat};
 use crate::state::AppState;
-use crate::structured::{constrain, refuse_unknown_fields, ConstraintFields};
-use crate::tools::{
-    self, HistoryCall, HistoryMessage, ToolCallParser, ToolChoice, ToolDialect, ToolEvent, ToolRequest,
-};
+use crate::structured::{constrain, refuse_beside_tools, refuse_unknown_fields, ConstraintFields};
+use crate::tools::{self, HistoryCall, HistoryMessage, ToolCallParser, ToolDialect, ToolEvent, ToolRequest};
 
 #[derive(Debug, Deserialize)]
 pub struct ChatBody {
@@ -202,9 +200,7 @@ pub async fn chat_completions(
     let stream_usage = StreamOptions::usage(body.stream_options, body.stream)?;
     let tools = ToolRequest::from_fields(body.tools, body.tool_choice, body.parallel_tool_calls)?;
     let constraint = body.constraints.into_constraint()?;
-    if let (Some(c), Some(_)) = (&constraint, tools.as_ref().filter(|t| t.choice != ToolChoice::None)) {
-        return Err(ApiError::invalid(c.param.clone(), "an output constraint and `tools` cannot both shape the reply"));
-    }
+    refuse_beside_tools(constraint.as_ref(), tools.as_ref())?;
     let dialect = state.tool_dialect();
     let options = chat_options(body.add_generation_prompt, body.continue_final_message, body.chat_template_kwargs)?;
     let prompt = render(body.messages, tools.as_ref(), dialect, options)?;

@@ -18,8 +18,8 @@ use crate::json::JsonBody;
 use crate::openai::{usage_json, GenerationParams, SamplingFields, StopFields, StopInput};
 use crate::sse::{json_event, sse_response, StreamFormat};
 use crate::state::AppState;
-use crate::structured::{constrain, ConstraintFields};
-use crate::tools::{self, ToolCallParser, ToolChoice, ToolRequest};
+use crate::structured::{constrain, refuse_beside_tools, ConstraintFields};
+use crate::tools::{self, ToolCallParser, ToolRequest};
 
 #[derive(Debug, Deserialize)]
 pub struct GenerateBody {
@@ -82,9 +82,7 @@ pub async fn generate(
         None => Prompt::Text(body.prompt),
     };
     let constraint = body.constraints.into_constraint()?;
-    if let (Some(c), Some(_)) = (&constraint, tools.as_ref().filter(|t| t.choice != ToolChoice::None)) {
-        return Err(ApiError::invalid(c.param.clone(), "an output constraint and `tools` cannot both shape the reply"));
-    }
+    refuse_beside_tools(constraint.as_ref(), tools.as_ref())?;
     let mut request = GenerationParams {
         max_tokens,
         max_tokens_param,

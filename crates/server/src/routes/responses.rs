@@ -18,8 +18,8 @@ use crate::logprobs::{TokenNames, MAX_TOP_LOGPROBS};
 use crate::openai::{respond, GenerationParams, SamplingFields, StopFields};
 use crate::responses::{self, Echo, Keep, ResponsesFormat};
 use crate::state::AppState;
-use crate::structured::{constrain, refuse_unknown_fields};
-use crate::tools::{self, HistoryMessage, ToolCallParser, ToolChoice};
+use crate::structured::{constrain, refuse_beside_tools, refuse_unknown_fields};
+use crate::tools::{self, HistoryMessage, ToolCallParser};
 
 #[derive(Debug, Deserialize)]
 pub struct ResponsesBody {
@@ -76,9 +76,7 @@ pub async fn create_response(
     let tool_request =
         responses::tools(body.tools.clone(), body.tool_choice.clone(), body.parallel_tool_calls.clone())?;
     let constraint = responses::text_format(body.text.clone())?;
-    if let (Some(c), Some(_)) = (&constraint, tool_request.as_ref().filter(|t| t.choice != ToolChoice::None)) {
-        return Err(ApiError::invalid(c.param.clone(), "an output constraint and `tools` cannot both shape the reply"));
-    }
+    refuse_beside_tools(constraint.as_ref(), tool_request.as_ref())?;
     let earlier = match &body.previous_response_id {
         Some(id) => earlier_conversation(&state, id)?,
         None => Default::default(),
