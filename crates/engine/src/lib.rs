@@ -13,6 +13,7 @@ mod chat;
 mod config;
 mod constraint;
 mod draft_acceptance;
+mod draft_lengths;
 mod engine;
 mod error;
 mod forecast;
@@ -35,6 +36,7 @@ mod speculate;
 mod stats;
 mod supervise;
 mod text_stream;
+mod ubatch_passes;
 
 pub use chat::ChatTemplate;
 pub use config::{EngineConfig, Speculative, DEFAULT_HOST_CACHE_MIB};

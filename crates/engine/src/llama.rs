@@ -320,6 +320,10 @@ impl Executor for LlamaExecutor<'_> {
         self.max_batch_tokens
     }
 
+    fn ubatch_rows(&self) -> usize {
+        self.ctx.n_ubatch() as usize
+    }
+
     fn prefill_width(&self, cached: usize, left: usize, beside_others: bool) -> usize {
         if self.widen_prefills {
             cpu_prefill_width(cached, left, beside_others)

@@ -61,6 +61,11 @@ pub trait Executor {
     fn ctx_per_sequence(&self) -> u32;
     /// Most tokens one `decode` call accepts (the scheduler's step budget may be less).
     fn max_batch_tokens(&self) -> usize;
+    /// Most rows one pass over the weights computes (llama.cpp's `n_ubatch`): a batch is
+    /// cut into passes of at most so many (`ubatch_passes`).
+    fn ubatch_rows(&self) -> usize {
+        self.max_batch_tokens()
+    }
     /// How many prompt tokens to compute in a step that would compute the `left` last
     /// ones of a prompt whose `cached` earlier ones are in KV: at least `left`; more
     /// (computing some cached tokens again) where the runtime's kernels make the wider

@@ -19,6 +19,7 @@
 //! sequence's own tokens hold no copy, earlier requests' may (`ngram_pool`).
 
 pub(crate) use crate::draft_acceptance::DraftSource;
+use crate::draft_lengths::{self, DraftOption, MIN_GAIN};
 use crate::forecast::DraftPrices;
 #[cfg(test)]
 use crate::forecast::RowCosts;
@@ -40,27 +41,34 @@ const COPY_MATCH: usize = crate::ngram_pool::KEY_TOKENS;
 /// Most tokens drafted in one step from a copy.
 pub(crate) const MAX_COPY_DRAFT: usize = rillm_backend::DRAFT_POSITIONS;
 
-/// A draft must promise this much more output per millisecond than no draft: prices are
-/// measured on a noisy machine, and a draft that only breaks even costs latency.
-const MIN_GAIN: f64 = 1.05;
-
 /// Sets each generating sequence's drafts for the next step: what prompt lookup finds (in
-/// its own tokens, else a copy from `pool`), as deep as pays at this step's size, within
-/// `budget` extra rows in all. `history` is a buffer, reused across steps.
+/// its own tokens, else a copy from `pool`), each as deep as pays given what the whole
+/// step's layout costs (`draft_lengths`), within `budget` extra rows in all, in ubatches of
+/// `ubatch_rows`. `scratch` holds buffers reused across steps.
 pub(crate) fn propose_drafts(
     slots: &mut [Option<Sequence>],
     pool: &NgramPool,
     prices: DraftPrices,
     ctx_limit: u32,
-    mut budget: usize,
-    history: &mut Vec<TokenId>,
+    budget: usize,
+    ubatch_rows: usize,
+    scratch: &mut DraftScratch,
 ) {
-    let mut rows: usize = slots.iter().flatten().map(|s| s.uncached_generated().len()).sum();
-    for seq in slots.iter_mut().flatten() {
+    let DraftScratch { history, base, options, lengths } = scratch;
+    base.clear();
+    options.clear();
+    for slot in slots.iter_mut() {
+        let Some(seq) = slot.as_mut() else {
+            base.push(0);
+            options.push(None);
+            continue;
+        };
         seq.drafts.clear();
         seq.predicted = None;
+        base.push(seq.uncached_generated().len());
         let room = seq.draft_room(ctx_limit).min(budget);
         if room == 0 || seq.uncached_generated().len() != 1 {
+            options.push(None);
             continue;
         }
         seq.history_into(history);
@@ -74,13 +82,27 @@ pub(crate) fn propose_drafts(
         // Under a constraint, only the part of the draft the grammar accepts can be kept.
         let tokens = &found.tokens[..seq.constraint_allows(found.tokens)];
         seq.acceptance.source = found.source;
-        let k = draft_len(tokens.len(), seq.acceptance.current(), rows, prices);
-        // Not drafting still teaches: was the lookup's first token the model's next?
-        seq.predicted = if k == 0 { tokens.first().copied() } else { None };
-        seq.drafts.extend_from_slice(&tokens[..k]);
-        budget -= k;
-        rows += k;
+        seq.drafts.extend_from_slice(tokens);
+        options.push(Some(DraftOption { available: tokens.len(), acceptance: seq.acceptance.current() }));
     }
+    draft_lengths::choose(base, options, prices, budget, ubatch_rows, lengths);
+    for (seq, &k) in slots.iter_mut().zip(lengths.iter()) {
+        let Some(seq) = seq else { continue };
+        // Not drafting still teaches: was the lookup's first token the model's next?
+        if k == 0 {
+            seq.predicted = seq.drafts.first().copied();
+        }
+        seq.drafts.truncate(k);
+    }
+}
+
+/// Buffers `propose_drafts` reuses from step to step.
+#[derive(Debug, Default)]
+pub(crate) struct DraftScratch {
+    history: Vec<TokenId>,
+    base: Vec<usize>,
+    options: Vec<Option<DraftOption>>,
+    lengths: Vec<usize>,
 }
 
 /// A lookup's proposal: up to `MAX_DRAFT` tokens from a suffix match, `MAX_COPY_DRAFT`
@@ -116,17 +138,12 @@ fn latest_earlier(history: &[TokenId], n: usize) -> Option<usize> {
     (0..len - n).rev().find(|&start| &history[start..start + n] == suffix).map(|start| start + n)
 }
 
-/// How many of `available` drafted tokens to feed: the count that most raises the step's
-/// output per millisecond, given the sequence's acceptance rate per token, the `rows` the
-/// step already computes and what steps of so many rows were measured to cost. Accepted
-/// drafts add `a + a^2 + ... + a^k` tokens to the step's output. Zero where no draft pays
-/// (by at least `MIN_GAIN`), so text that does not repeat itself costs nothing.
-pub(crate) fn draft_len(available: usize, acceptance: f64, rows: usize, prices: DraftPrices) -> usize {
-    priced_draft_len(available, acceptance, rows, prices, 0.0)
-}
-
-/// `draft_len` for drafts that cost `ms_per_token` each to make before the step (a draft
-/// model's passes), on top of their rows in it.
+/// How many of `available` drafted tokens one sequence feeds when drafts cost
+/// `ms_per_token` each to make before the step (a draft model's passes), on top of their
+/// rows in it: the count that most raises the step's output per millisecond, given the
+/// sequence's acceptance rate per token, the `rows` the step already computes and what
+/// steps of so many rows were measured to cost. Accepted drafts add `a + a^2 + ... + a^k`
+/// tokens to the step's output. Zero where no draft pays (by at least `MIN_GAIN`).
 pub(crate) fn priced_draft_len(
     available: usize,
     acceptance: f64,
@@ -205,30 +222,30 @@ mod tests {
         let cheap = RowCosts::linear(7.0, 2.5);
         let prices = DraftPrices::new(&cheap, 7.0);
         // One stream, drafts that are usually right: draft deep.
-        assert!(draft_len(8, 0.9, 1, prices) >= 3);
+        assert!(priced_draft_len(8, 0.9, 1, prices, 0.0) >= 3);
         // Rarely right: not worth a row.
-        assert_eq!(draft_len(8, 0.2, 1, prices), 0);
+        assert_eq!(priced_draft_len(8, 0.2, 1, prices, 0.0), 0);
         // A full batch (16 rows, 3 ms each) makes the same acceptance draft less, or not at all.
         let full = RowCosts::linear(7.0, 3.0);
         let busy = DraftPrices::new(&full, 7.0);
-        assert!(draft_len(8, 0.7, 16, busy) < draft_len(8, 0.7, 1, prices));
-        assert_eq!(draft_len(8, 0.5, 16, busy), 0);
+        assert!(priced_draft_len(8, 0.7, 16, busy, 0.0) < priced_draft_len(8, 0.7, 1, prices, 0.0));
+        assert_eq!(priced_draft_len(8, 0.5, 16, busy, 0.0), 0);
         // As measured on CPU: one row 9 ms, two 22 ms, then ~4.5 ms a row. A short draft
         // never pays; a long one does when nearly every token is kept.
         let mut cpu = RowCosts::default();
         cpu.observe(1, 9.0);
         cpu.observe(2, 22.0);
         let cpu = DraftPrices::new(&cpu, 9.0);
-        assert_eq!(draft_len(2, 0.95, 1, cpu), 0);
-        assert_eq!(draft_len(8, 0.7, 1, cpu), 0);
-        assert!(draft_len(8, 0.97, 1, cpu) >= 6);
+        assert_eq!(priced_draft_len(2, 0.95, 1, cpu, 0.0), 0);
+        assert_eq!(priced_draft_len(8, 0.7, 1, cpu, 0.0), 0);
+        assert!(priced_draft_len(8, 0.97, 1, cpu, 0.0) >= 6);
         // Drafts that cost time to make (a draft model's passes) pay less, and not at all
         // when a pass costs what a one-row step does.
-        assert!(priced_draft_len(8, 0.97, 1, cpu, 3.0) < draft_len(8, 0.97, 1, cpu));
+        assert!(priced_draft_len(8, 0.97, 1, cpu, 3.0) < priced_draft_len(8, 0.97, 1, cpu, 0.0));
         assert_eq!(priced_draft_len(8, 1.0, 1, cpu, 9.0), 0);
         // Never more than is available.
-        assert_eq!(draft_len(2, 0.99, 1, prices), 2);
-        assert_eq!(draft_len(0, 0.99, 1, prices), 0);
+        assert_eq!(priced_draft_len(2, 0.99, 1, prices, 0.0), 2);
+        assert_eq!(priced_draft_len(0, 0.99, 1, prices, 0.0), 0);
     }
 
     #[test]
@@ -236,7 +253,7 @@ mod tests {
         // As measured on CPU at ~900 cached tokens: one row 17 ms, then ~5 ms a row.
         let cpu = RowCosts::linear(17.0, 5.0);
         let prices = DraftPrices::new(&cpu, 17.0);
-        let at = |acceptance| draft_len(MAX_COPY_DRAFT, acceptance, 1, prices);
+        let at = |acceptance| priced_draft_len(MAX_COPY_DRAFT, acceptance, 1, prices, 0.0);
         assert!(at(0.99) > MAX_DRAFT, "{}", at(0.99));
         assert!(at(0.9) <= at(0.99));
         assert_eq!(at(0.3), 0);

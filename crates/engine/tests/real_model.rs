@@ -375,6 +375,37 @@ fn speculative_decoding_keeps_the_greedy_output_and_drafts_where_text_repeats() 
 }
 
 #[test]
+fn streams_drafting_side_by_side_keep_their_greedy_outputs() {
+    // Four streams at once, two of which repeat themselves: their drafts are chosen
+    // together and laid out in passes over the weights (`draft_lengths`).
+    let _g = serial();
+    let prompts = [REPEATING, "The capital of France is", "a b c d e a b c d e a b c d e a b c", "Water is made of"];
+    let run = |speculative| {
+        let mut config = EngineConfig::new(model_path());
+        config.max_running = 4;
+        config.speculative = speculative;
+        let engine = Engine::start(config).expect("engine starts");
+        let streams: Vec<_> = prompts
+            .iter()
+            .map(|prompt| {
+                let mut request = greedy(prompt, 40);
+                request.logprobs = Some(2);
+                engine.submit(request).unwrap()
+            })
+            .collect();
+        let outputs: Vec<_> = streams.into_iter().map(collect_logprobs).collect();
+        (outputs, engine.stats().snapshot().speculation)
+    };
+    let (plain, _) = run(rillm_engine::Speculative::Off);
+    let (fast, on) = run(rillm_engine::Speculative::Ngram);
+    assert!(on.drafts > 0 && on.accepted_tokens > 0, "{on:?}");
+    for (plain, fast) in plain.iter().zip(&fast) {
+        assert_eq!(fast.2.usage.completion_tokens, plain.2.usage.completion_tokens);
+        assert_parts_only_at_a_tie(plain, fast);
+    }
+}
+
+#[test]
 fn speculative_decoding_under_a_json_schema_keeps_the_greedy_output() {
     // Names that recur in the prompt and in the list: prompt lookup drafts them, and the
     // drafts are verified under the schema's mask.

@@ -11,6 +11,7 @@ use crate::prefill_plan::PrefillPlanner;
 use crate::runtime::{BatchToken, Executor};
 use crate::sequence::Sequence;
 use crate::stats::EngineStats;
+use crate::ubatch_passes;
 
 /// How much of a step the generating sequences take and what is left for prompts, decided
 /// by the scheduler before the batch is laid out.
@@ -39,10 +40,14 @@ pub(super) struct StepBatch {
     step_budget: usize,
     /// Tokens one decode call accepts.
     batch_limit: usize,
+    /// Rows one pass over the weights computes, and buffers to lay a batch out in passes.
+    ubatch_rows: usize,
+    rows_per_slot: Vec<usize>,
+    passes: Vec<usize>,
 }
 
 impl StepBatch {
-    pub fn new(slots: usize, batch_limit: usize, step_budget: usize) -> Self {
+    pub fn new(slots: usize, batch_limit: usize, ubatch_rows: usize, step_budget: usize) -> Self {
         Self {
             tokens: Vec::with_capacity(batch_limit),
             outputs: Vec::with_capacity(slots),
@@ -52,7 +57,21 @@ impl StepBatch {
             planner: PrefillPlanner::default(),
             step_budget: step_budget.clamp(1, batch_limit),
             batch_limit,
+            ubatch_rows: ubatch_rows.max(1),
+            rows_per_slot: Vec::with_capacity(slots),
+            passes: Vec::new(),
         }
+    }
+
+    pub fn ubatch_rows(&self) -> usize {
+        self.ubatch_rows
+    }
+
+    /// How many passes over the weights the runtime makes of this step's batch.
+    pub fn passes(&mut self) -> usize {
+        ubatch_passes::rows_per_sequence(&self.tokens, self.prefill_take.len(), &mut self.rows_per_slot);
+        ubatch_passes::passes_into(&self.rows_per_slot, self.ubatch_rows, &mut self.passes);
+        self.passes.len()
     }
 
     pub fn step_budget(&self) -> usize {

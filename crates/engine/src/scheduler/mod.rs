@@ -18,9 +18,9 @@ use crate::forecast::{Forecaster, SlotLoad};
 use crate::model_drafts::ModelDrafts;
 use crate::ngram_pool::NgramPool;
 use crate::queue::WaitQueue;
-use crate::runtime::{BatchToken, Executor, Tokenizer};
+use crate::runtime::{Executor, Tokenizer};
 use crate::sequence::{PendingRequest, Sequence};
-use crate::speculate;
+use crate::speculate::{self, DraftScratch};
 use crate::stats::EngineStats;
 use batch::{StepBatch, StepSizing};
 use decode::{decode_next, verify, DecodeContext, SlotLogits};
@@ -83,8 +83,10 @@ pub(crate) struct Scheduler<E: Executor> {
     max_queue_ms: Option<u64>,
     speculative: bool,
     tpot_slo_ms: Option<u32>,
-    /// A sequence's tokens, gathered for prompt lookup (a buffer reused across steps).
+    /// A finished sequence's tokens, gathered for the n-gram pool (a buffer reused).
     history: Vec<rillm_backend::TokenId>,
+    /// Buffers prompt lookup reuses across steps.
+    draft_scratch: DraftScratch,
     /// Finished sequences' tokens, to draft from where a sequence goes on like one of them.
     ngram_pool: NgramPool,
     /// With a draft model: drafts come from it instead of lookups.
@@ -110,7 +112,7 @@ impl<E: Executor> Scheduler<E> {
             draft_tokens,
             tpot_slo_ms,
         } = config;
-        let batch = StepBatch::new(max_running, executor.max_batch_tokens(), step_budget);
+        let batch = StepBatch::new(max_running, executor.max_batch_tokens(), executor.ubatch_rows(), step_budget);
         let forecaster = Forecaster::new(batch.step_budget());
         let kv = KvResidency::new(max_running, prefix_caching, host_cache_bytes, &stats);
         Self {
@@ -128,6 +130,7 @@ impl<E: Executor> Scheduler<E> {
             speculative,
             tpot_slo_ms,
             history: Vec::new(),
+            draft_scratch: DraftScratch::default(),
             ngram_pool: NgramPool::default(),
             model_drafts: draft_tokens.map(|(min, max)| ModelDrafts::new(min, max)),
         }
@@ -290,7 +293,8 @@ impl<E: Executor> Scheduler<E> {
                     prices,
                     ctx_limit,
                     budget,
-                    &mut self.history,
+                    self.batch.ubatch_rows(),
+                    &mut self.draft_scratch,
                 ),
             }
         }
@@ -302,39 +306,35 @@ impl<E: Executor> Scheduler<E> {
         };
         let (slots, order) = (&mut self.slots, &self.admission_order);
         self.batch.plan(slots, order, &mut self.executor, &self.stats, &sizing);
-        let tokens = &self.batch.tokens;
-        if tokens.is_empty() {
+        let rows = self.batch.tokens.len();
+        if rows == 0 {
             return;
         }
         let started = Instant::now();
-        let decoded = self.executor.decode(tokens);
+        let decoded = self.executor.decode(&self.batch.tokens);
+        let took_ms = started.elapsed().as_secs_f64() * 1000.0;
         let prefilled = self.batch.prefilled();
         let drafted: usize = self.slots.iter().flatten().map(|s| s.drafts.len()).sum();
-        let took_ms = started.elapsed().as_secs_f64() * 1000.0;
-        // Decode-only steps price drafts by their row count; the wait forecast learns from
-        // steps without drafts.
-        if prefilled == 0 {
-            self.forecaster.observe_decode_rows(tokens.len(), took_ms);
+        let passes = self.batch.passes();
+        // Decode-only steps made in one pass price drafts by their row count (a step of
+        // several passes costs what its passes do: `ubatch_passes`); the wait forecast
+        // learns from steps without drafts.
+        if prefilled == 0 && passes == 1 {
+            self.forecaster.observe_decode_rows(rows, took_ms);
         }
         if drafted == 0 {
-            self.forecaster.observe_step(took_ms, tokens.len() - prefilled, prefilled);
+            self.forecaster.observe_step(took_ms, rows - prefilled, prefilled);
         }
         // Pending KV copies were carried out at the start of this decode.
         self.kv.copies_done();
         // The step counts against the time per output token of every sequence past its first.
-        let step_ms = self.forecaster.step_took_ms(took_ms, tokens.len() - prefilled, prefilled);
+        let step_ms = self.forecaster.step_took_ms(took_ms, rows - prefilled, prefilled);
         for seq in self.slots.iter_mut().flatten().filter(|s| s.generated > 0) {
             seq.decode_elapsed_ms += step_ms;
         }
-        tracing::trace!(
-            tokens = tokens.len(),
-            sequences = self.batch.outputs.len(),
-            slot_runs = slot_runs(tokens),
-            decode_ms = took_ms,
-            "step"
-        );
+        tracing::trace!(rows, sequences = self.batch.outputs.len(), passes, drafted, decode_ms = took_ms, "step");
         if let Err(error) = decoded {
-            tracing::error!(%error, tokens = tokens.len(), "decode failed");
+            tracing::error!(%error, rows, "decode failed");
             let slots: Vec<usize> = self.admission_order.iter().copied().collect();
             for slot in slots {
                 self.release(slot, FinishReason::Error, Some(error.to_string()));
@@ -484,13 +484,6 @@ impl<E: Executor> Scheduler<E> {
         });
         self.forecaster.publish(&self.stats.forecast, loads, held_blocks);
     }
-}
-
-/// Runs of consecutive slots in a slot-ordered batch: llama.cpp runs at least one pass
-/// over the weights per run, so a gap between running slots costs a pass.
-fn slot_runs(batch: &[BatchToken]) -> usize {
-    let breaks = batch.windows(2).filter(|w| w[1].seq > w[0].seq + 1).count();
-    usize::from(!batch.is_empty()) + breaks
 }
 
 #[cfg(test)]

@@ -1,0 +1,178 @@
+//! How many of its drafted tokens each sequence feeds in a step, chosen for all sequences
+//! together: a step costs what its passes over the weights cost (`ubatch_passes`), and
+//! the passes depend on every sequence's rows at once. One sequence drafting four tokens
+//! beside seven that draft none adds a pass of its own; the eight drafting a token each
+//! add none. So lengths are searched jointly: the same depth for every sequence, then each
+//! sequence's length in turn with the others held, keeping whatever raises the step's
+//! expected output per millisecond.
+
+use crate::forecast::DraftPrices;
+use crate::ubatch_passes::passes_into;
+
+/// A layout with drafts must promise this much more output per millisecond than none:
+/// prices are measured on a noisy machine, and a draft that only breaks even costs latency.
+pub(crate) const MIN_GAIN: f64 = 1.05;
+
+/// Rounds of one-sequence-at-a-time improvement; each usually settles in one or two.
+const ROUNDS: usize = 3;
+
+/// What one sequence can draft this step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct DraftOption {
+    /// Drafted tokens on offer (after the constraint and the room cut them).
+    pub available: usize,
+    /// Chance that each of them is kept, given the ones before it were.
+    pub acceptance: f64,
+}
+
+/// Chooses draft lengths: `base[s]` rows sequence `s` feeds anyway (0 for a slot that
+/// feeds none), `options[s]` what it could draft, at most `budget` drafted rows in all, in
+/// ubatches of `ubatch_rows`. Writes one length per slot into `lengths`.
+pub(crate) fn choose(
+    base: &[usize],
+    options: &[Option<DraftOption>],
+    prices: DraftPrices,
+    budget: usize,
+    ubatch_rows: usize,
+    lengths: &mut Vec<usize>,
+) {
+    let mut search = Search::new(base, options, prices, ubatch_rows);
+    lengths.clear();
+    lengths.resize(base.len(), 0);
+    let mut best = search.rate(lengths) * MIN_GAIN;
+    let mut trial = lengths.clone();
+    let deepest = options.iter().flatten().map(|o| o.available).max().unwrap_or(0);
+    for depth in 1..=deepest {
+        for (k, option) in trial.iter_mut().zip(options) {
+            *k = option.map_or(0, |o| o.available.min(depth));
+        }
+        if trial.iter().sum::<usize>() <= budget {
+            let rate = search.rate(&trial);
+            if rate > best {
+                (best, *lengths) = (rate, trial.clone());
+            }
+        }
+    }
+    for _ in 0..ROUNDS {
+        let mut improved = false;
+        for (s, option) in options.iter().enumerate() {
+            let Some(option) = option else { continue };
+            trial.clone_from(lengths);
+            let others: usize = trial.iter().sum::<usize>() - trial[s];
+            for k in 0..=option.available.min(budget.saturating_sub(others)) {
+                trial[s] = k;
+                let rate = search.rate(&trial);
+                if rate > best {
+                    (best, lengths[s], improved) = (rate, k, true);
+                }
+            }
+        }
+        if !improved {
+            break;
+        }
+    }
+}
+
+/// Prices layouts; buffers reused across them.
+struct Search<'a> {
+    base: &'a [usize],
+    /// Per slot, the expected kept tokens of a draft of each length (index = length).
+    expected: Vec<Vec<f64>>,
+    prices: DraftPrices<'a>,
+    ubatch_rows: usize,
+    rows: Vec<usize>,
+    passes: Vec<usize>,
+}
+
+impl<'a> Search<'a> {
+    fn new(base: &'a [usize], options: &[Option<DraftOption>], prices: DraftPrices<'a>, ubatch_rows: usize) -> Self {
+        // A draft of k tokens adds a + a^2 + ... + a^k kept tokens to the step's output.
+        let expected = options
+            .iter()
+            .map(|option| {
+                let Some(o) = option else { return vec![0.0] };
+                let mut kept = vec![0.0; o.available + 1];
+                let mut reach = 1.0;
+                for k in 1..=o.available {
+                    reach *= o.acceptance;
+                    kept[k] = kept[k - 1] + reach;
+                }
+                kept
+            })
+            .collect();
+        Self { base, expected, prices, ubatch_rows, rows: Vec::new(), passes: Vec::new() }
+    }
+
+    /// Expected output tokens per millisecond of the step with these draft lengths.
+    fn rate(&mut self, lengths: &[usize]) -> f64 {
+        self.rows.clear();
+        self.rows.extend(self.base.iter().zip(lengths).map(|(b, k)| b + k));
+        passes_into(&self.rows, self.ubatch_rows, &mut self.passes);
+        let ms: f64 = self.passes.iter().map(|&rows| self.prices.step_ms(rows)).sum();
+        let kept: f64 = self.expected.iter().zip(lengths).map(|(e, &k)| e[k]).sum();
+        (self.base.iter().sum::<usize>() as f64 + kept) / ms.max(1e-3)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::forecast::RowCosts;
+
+    fn chosen(base: &[usize], options: &[Option<DraftOption>], costs: &RowCosts, budget: usize) -> Vec<usize> {
+        let mut lengths = Vec::new();
+        choose(base, options, DraftPrices::new(costs, costs.price(1, 10.0)), budget, 512, &mut lengths);
+        lengths
+    }
+
+    fn offer(available: usize, acceptance: f64) -> Option<DraftOption> {
+        Some(DraftOption { available, acceptance })
+    }
+
+    /// Prices as measured (module comment of `ubatch_passes`): a one-row pass ~10 ms,
+    /// eight rows ~41 ms, then ~4 ms a row.
+    fn cpu() -> RowCosts {
+        let mut costs = RowCosts::default();
+        costs.observe(1, 10.0);
+        for rows in 2..64 {
+            let ms = if rows <= 8 { 10.0 + (rows - 1) as f64 * 31.0 / 7.0 } else { 41.0 + (rows - 8) as f64 * 4.0 };
+            costs.observe(rows, ms);
+        }
+        costs
+    }
+
+    #[test]
+    fn one_sequence_drafts_as_deep_as_pays() {
+        let costs = cpu();
+        assert!(chosen(&[1], &[offer(8, 0.95)], &costs, 64)[0] >= 4);
+        assert_eq!(chosen(&[1], &[offer(8, 0.2)], &costs, 64), [0]);
+        assert_eq!(chosen(&[1], &[offer(8, 0.95)], &costs, 2), [2], "within the budget");
+        assert_eq!(chosen(&[1], &[None], &costs, 64), [0]);
+    }
+
+    #[test]
+    fn a_lone_draft_that_would_need_a_pass_of_its_own_is_not_fed() {
+        let costs = cpu();
+        // Seven streams without drafts and one with a good short draft: feeding it alone
+        // adds a pass (~10 ms for ~1.8 tokens), against 41 ms for eight tokens.
+        let mut options = vec![None; 8];
+        options[7] = offer(2, 0.9);
+        assert_eq!(chosen(&[1; 8], &options, &costs, 64), [0; 8]);
+        // Every stream with the same offer: one wider pass for all of them pays.
+        let options = vec![offer(2, 0.9); 8];
+        let lengths = chosen(&[1; 8], &options, &costs, 64);
+        assert!(lengths[0] > 0 && lengths.iter().all(|&k| k == lengths[0]), "{lengths:?}");
+    }
+
+    #[test]
+    fn uneven_offers_are_evened_to_fewer_passes() {
+        let costs = cpu();
+        let options = [offer(4, 0.9), offer(1, 0.9), offer(3, 0.9), offer(1, 0.9)];
+        let lengths = chosen(&[1; 4], &options, &costs, 64);
+        let rows: Vec<usize> = lengths.iter().map(|k| k + 1).collect();
+        let mut passes = Vec::new();
+        passes_into(&rows, 512, &mut passes);
+        assert!(passes.len() <= 2, "{lengths:?} makes passes {passes:?}");
+        assert!(lengths.iter().sum::<usize>() >= 4, "{lengths:?}");
+    }
+}
