@@ -5,6 +5,11 @@
 //! add none. So lengths are searched jointly: the same depth for every sequence, then each
 //! sequence's length in turn with the others held, keeping whatever raises the step's
 //! expected output per millisecond.
+//!
+//! Tokens a constraint forced are laid out the same way, as drafts certain to be kept: a
+//! run of them beside streams feeding one row each would take a pass of its own, and where
+//! the rows are dear (a full batch on a CPU) feeding them one a step, in the pass every
+//! stream's row takes anyway, computes the same rows without that pass.
 
 use crate::forecast::DraftPrices;
 use crate::ubatch_passes::passes_into;
@@ -16,18 +21,33 @@ pub(crate) const MIN_GAIN: f64 = 1.05;
 /// Rounds of one-sequence-at-a-time improvement; each usually settles in one or two.
 const ROUNDS: usize = 3;
 
-/// What one sequence can draft this step.
+/// What one sequence can feed beyond its one row this step.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct DraftOption {
-    /// Drafted tokens on offer (after the constraint and the room cut them).
+    /// Tokens on offer (drafts after the constraint and the room cut them, or forced ones).
     pub available: usize,
     /// Chance that each of them is kept, given the ones before it were.
     pub acceptance: f64,
+    /// Forced by a constraint, not drafted: certain, outside the draft budget, and fed
+    /// whole unless another layout is faster.
+    pub forced: bool,
+}
+
+impl DraftOption {
+    pub fn drafted(available: usize, acceptance: f64) -> Self {
+        Self { available, acceptance, forced: false }
+    }
+
+    pub fn forced(available: usize) -> Self {
+        Self { available, acceptance: 1.0, forced: true }
+    }
 }
 
 /// Chooses draft lengths: `base[s]` rows sequence `s` feeds anyway (0 for a slot that
-/// feeds none), `options[s]` what it could draft, at most `budget` drafted rows in all, in
-/// ubatches of `ubatch_rows`. Writes one length per slot into `lengths`.
+/// feeds none), `options[s]` what it could feed beyond them, at most `budget` drafted rows
+/// in all, in ubatches of `ubatch_rows`. Writes one length per slot into `lengths`. A
+/// layout with drafts must beat every layout without by `MIN_GAIN`; forced tokens are fed
+/// whole unless holding some back is faster.
 pub(crate) fn choose(
     base: &[usize],
     options: &[Option<DraftOption>],
@@ -38,18 +58,18 @@ pub(crate) fn choose(
 ) {
     let mut search = Search::new(base, options, prices, ubatch_rows);
     lengths.clear();
-    lengths.resize(base.len(), 0);
-    let mut best = search.rate(lengths) * MIN_GAIN;
+    lengths.extend(options.iter().map(|o| o.filter(|o| o.forced).map_or(0, |o| o.available)));
+    let mut best = search.score(lengths);
     let mut trial = lengths.clone();
     let deepest = options.iter().flatten().map(|o| o.available).max().unwrap_or(0);
     for depth in 1..=deepest {
         for (k, option) in trial.iter_mut().zip(options) {
             *k = option.map_or(0, |o| o.available.min(depth));
         }
-        if trial.iter().sum::<usize>() <= budget {
-            let rate = search.rate(&trial);
-            if rate > best {
-                (best, *lengths) = (rate, trial.clone());
+        if search.drafted(&trial) <= budget {
+            let score = search.score(&trial);
+            if score > best {
+                (best, *lengths) = (score, trial.clone());
             }
         }
     }
@@ -58,12 +78,13 @@ pub(crate) fn choose(
         for (s, option) in options.iter().enumerate() {
             let Some(option) = option else { continue };
             trial.clone_from(lengths);
-            let others: usize = trial.iter().sum::<usize>() - trial[s];
-            for k in 0..=option.available.min(budget.saturating_sub(others)) {
+            trial[s] = 0;
+            let room = if option.forced { option.available } else { budget.saturating_sub(search.drafted(&trial)) };
+            for k in 0..=option.available.min(room) {
                 trial[s] = k;
-                let rate = search.rate(&trial);
-                if rate > best {
-                    (best, lengths[s], improved) = (rate, k, true);
+                let score = search.score(&trial);
+                if score > best {
+                    (best, lengths[s], improved) = (score, k, true);
                 }
             }
         }
@@ -76,6 +97,7 @@ pub(crate) fn choose(
 /// Prices layouts; buffers reused across them.
 struct Search<'a> {
     base: &'a [usize],
+    options: &'a [Option<DraftOption>],
     /// Per slot, the expected kept tokens of a draft of each length (index = length).
     expected: Vec<Vec<f64>>,
     prices: DraftPrices<'a>,
@@ -85,7 +107,7 @@ struct Search<'a> {
 }
 
 impl<'a> Search<'a> {
-    fn new(base: &'a [usize], options: &[Option<DraftOption>], prices: DraftPrices<'a>, ubatch_rows: usize) -> Self {
+    fn new(base: &'a [usize], options: &'a [Option<DraftOption>], prices: DraftPrices<'a>, ubatch_rows: usize) -> Self {
         // A draft of k tokens adds a + a^2 + ... + a^k kept tokens to the step's output.
         let expected = options
             .iter()
@@ -100,7 +122,22 @@ impl<'a> Search<'a> {
                 kept
             })
             .collect();
-        Self { base, expected, prices, ubatch_rows, rows: Vec::new(), passes: Vec::new() }
+        Self { base, options, expected, prices, ubatch_rows, rows: Vec::new(), passes: Vec::new() }
+    }
+
+    /// Drafted (not forced) tokens in a layout: what the draft budget bounds.
+    fn drafted(&self, lengths: &[usize]) -> usize {
+        self.options.iter().zip(lengths).filter(|(o, _)| o.is_some_and(|o| !o.forced)).map(|(_, k)| k).sum()
+    }
+
+    /// The rate, discounted by `MIN_GAIN` where the layout feeds drafts.
+    fn score(&mut self, lengths: &[usize]) -> f64 {
+        let rate = self.rate(lengths);
+        if self.drafted(lengths) > 0 {
+            rate / MIN_GAIN
+        } else {
+            rate
+        }
     }
 
     /// Expected output tokens per millisecond of the step with these draft lengths.
@@ -126,7 +163,7 @@ mod tests {
     }
 
     fn offer(available: usize, acceptance: f64) -> Option<DraftOption> {
-        Some(DraftOption { available, acceptance })
+        Some(DraftOption::drafted(available, acceptance))
     }
 
     /// Prices as measured (module comment of `ubatch_passes`): a one-row pass ~10 ms,
@@ -162,6 +199,24 @@ mod tests {
         let options = vec![offer(2, 0.9); 8];
         let lengths = chosen(&[1; 8], &options, &costs, 64);
         assert!(lengths[0] > 0 && lengths.iter().all(|&k| k == lengths[0]), "{lengths:?}");
+    }
+
+    #[test]
+    fn forced_tokens_are_fed_whole_unless_they_would_take_a_pass_of_their_own() {
+        let costs = cpu();
+        let forced = Some(DraftOption::forced(4));
+        // Alone, a run of forced tokens is one pass however long: fed whole.
+        assert_eq!(chosen(&[1], &[forced], &costs, 0), [4]);
+        // Beside seven streams feeding a row each, the run would add a pass: held back,
+        // to go one row a step in the pass the others take anyway.
+        let mut options = vec![None; 8];
+        options[2] = forced;
+        assert_eq!(chosen(&[1; 8], &options, &costs, 0), [0; 8]);
+        // Where the others draft, the run rides in the pass their drafts widen.
+        let mut options = vec![offer(4, 0.97); 8];
+        options[2] = forced;
+        let lengths = chosen(&[1; 8], &options, &costs, 64);
+        assert!(lengths[2] > 0, "{lengths:?}");
     }
 
     #[test]

@@ -152,6 +152,10 @@ pub(crate) struct Sequence {
     pub start_forced: Vec<TokenId>,
     /// Tokens drafted for this step, fed after the uncached generated ones (`speculate`).
     pub drafts: Vec<TokenId>,
+    /// Forced tokens at the end of the uncached ones that this step leaves for a later one:
+    /// the step's layout is cheaper without them (`draft_lengths`). The sequence samples
+    /// again only once the last of them is fed.
+    pub held_forced: usize,
     /// How often the model keeps drafted tokens, by where they came from: how deep the
     /// next draft goes.
     pub acceptance: crate::draft_acceptance::Acceptance,
@@ -193,6 +197,7 @@ impl Sequence {
             forks: Vec::new(),
             start_forced: Vec::new(),
             drafts: Vec::new(),
+            held_forced: 0,
             acceptance: Default::default(),
             predicted: None,
             decode_elapsed_ms: 0.0,
@@ -275,6 +280,13 @@ impl Sequence {
     pub fn uncached_generated(&self) -> &[TokenId] {
         let in_kv = (self.cached as usize).saturating_sub(self.request.prompt.len());
         &self.generated_ids[in_kv.min(self.generated_ids.len())..]
+    }
+
+    /// The uncached generated tokens this step feeds: all but the `held_forced` last ones,
+    /// and at least the last sampled one.
+    pub fn fed_generated(&self) -> &[TokenId] {
+        let tokens = self.uncached_generated();
+        &tokens[..tokens.len() - self.held_forced.min(tokens.len().saturating_sub(1))]
     }
 
     /// Every token of the sequence so far, prompt then generated, into `out` (cleared).

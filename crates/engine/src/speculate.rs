@@ -41,10 +41,12 @@ const COPY_MATCH: usize = crate::ngram_pool::KEY_TOKENS;
 /// Most tokens drafted in one step from a copy.
 pub(crate) const MAX_COPY_DRAFT: usize = rillm_backend::DRAFT_POSITIONS;
 
-/// Sets each generating sequence's drafts for the next step: what prompt lookup finds (in
-/// its own tokens, else a copy from `pool`), each as deep as pays given what the whole
-/// step's layout costs (`draft_lengths`), within `budget` extra rows in all, in ubatches of
-/// `ubatch_rows`. `scratch` holds buffers reused across steps.
+/// Sets each generating sequence's drafts for the next step (with `lookups`): what prompt
+/// lookup finds (in its own tokens, else a copy from `pool`), each as deep as pays given
+/// what the whole step's layout costs (`draft_lengths`), within `budget` extra rows in all,
+/// in ubatches of `ubatch_rows`; and how many of its forced tokens each feeds (with or
+/// without lookups). `scratch` holds buffers reused across steps.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn propose_drafts(
     slots: &mut [Option<Sequence>],
     pool: &NgramPool,
@@ -52,6 +54,7 @@ pub(crate) fn propose_drafts(
     ctx_limit: u32,
     budget: usize,
     ubatch_rows: usize,
+    lookups: bool,
     scratch: &mut DraftScratch,
 ) {
     let DraftScratch { history, base, options, lengths } = scratch;
@@ -65,9 +68,17 @@ pub(crate) fn propose_drafts(
         };
         seq.drafts.clear();
         seq.predicted = None;
-        base.push(seq.uncached_generated().len());
+        seq.held_forced = 0;
+        let uncached = seq.uncached_generated().len();
+        if uncached > 1 {
+            // The last sampled token, then the ones its constraint forced after it.
+            base.push(1);
+            options.push(Some(DraftOption::forced(uncached - 1)));
+            continue;
+        }
+        base.push(uncached);
         let room = seq.draft_room(ctx_limit).min(budget);
-        if room == 0 || seq.uncached_generated().len() != 1 {
+        if !lookups || room == 0 || uncached != 1 {
             options.push(None);
             continue;
         }
@@ -83,11 +94,15 @@ pub(crate) fn propose_drafts(
         let tokens = &found.tokens[..seq.constraint_allows(found.tokens)];
         seq.acceptance.source = found.source;
         seq.drafts.extend_from_slice(tokens);
-        options.push(Some(DraftOption { available: tokens.len(), acceptance: seq.acceptance.current() }));
+        options.push(Some(DraftOption::drafted(tokens.len(), seq.acceptance.current())));
     }
     draft_lengths::choose(base, options, prices, budget, ubatch_rows, lengths);
-    for (seq, &k) in slots.iter_mut().zip(lengths.iter()) {
-        let Some(seq) = seq else { continue };
+    for ((seq, &k), option) in slots.iter_mut().zip(lengths.iter()).zip(options.iter()) {
+        let (Some(seq), Some(option)) = (seq, option) else { continue };
+        if option.forced {
+            seq.held_forced = option.available - k;
+            continue;
+        }
         // Not drafting still teaches: was the lookup's first token the model's next?
         if k == 0 {
             seq.predicted = seq.drafts.first().copied();

@@ -97,9 +97,9 @@ impl StepBatch {
     }
 
     /// Rows the generating sequences feed this step: each its last token, and any tokens its
-    /// constraint forced or drafts to verify.
+    /// constraint forced (those not held for a later step) or drafts to verify.
     pub fn generating_rows(slots: &[Option<Sequence>]) -> usize {
-        slots.iter().flatten().map(|s| s.uncached_generated().len() + s.drafts.len()).sum()
+        slots.iter().flatten().map(|s| s.fed_generated().len() + s.drafts.len()).sum()
     }
 
     /// Fills the batch for this step.
@@ -138,13 +138,15 @@ impl StepBatch {
             let Some(seq) = seq else { continue };
             if !seq.is_prefilling() {
                 // The last generated token's row is the output; each draft's row follows it,
-                // for `decode::verify` to walk.
-                let tokens = seq.uncached_generated();
+                // for `decode::verify` to walk. With forced tokens held for a later step,
+                // nothing is sampled: the next token is already known.
+                let tokens = seq.fed_generated();
+                let samples = seq.held_forced == 0;
                 for (i, &token) in tokens.iter().chain(&seq.drafts).enumerate() {
-                    if i + 1 == tokens.len() {
+                    if samples && i + 1 == tokens.len() {
                         self.outputs.push((slot, self.tokens.len()));
                     }
-                    let logits = i + 1 >= tokens.len();
+                    let logits = samples && i + 1 >= tokens.len();
                     self.tokens.push(BatchToken { token, pos: seq.cached + i as u32, seq: slot, logits });
                 }
                 continue;

@@ -281,22 +281,26 @@ impl<E: Executor> Scheduler<E> {
             .iter()
             .flatten()
             .any(|s| s.is_prefilling() && !s.awaits_fork && s.prompt_left().len() <= self.batch.step_budget());
-        if self.speculative && self.queue.is_empty() && !first_token_due {
-            let budget = self.batch.draft_budget(&self.slots);
-            let ctx_limit = self.executor.ctx_per_sequence();
-            let prices = self.forecaster.row_costs();
-            match self.model_drafts.as_mut() {
-                Some(drafts) => drafts.propose(&mut self.slots, &mut self.executor, prices, ctx_limit, budget),
-                None => speculate::propose_drafts(
-                    &mut self.slots,
-                    &self.ngram_pool,
-                    prices,
-                    ctx_limit,
-                    budget,
-                    self.batch.ubatch_rows(),
-                    &mut self.draft_scratch,
-                ),
+        let lookups = self.speculative && self.queue.is_empty() && !first_token_due;
+        let budget = self.batch.draft_budget(&self.slots);
+        let ctx_limit = self.executor.ctx_per_sequence();
+        let prices = self.forecaster.row_costs();
+        match self.model_drafts.as_mut().filter(|_| lookups) {
+            Some(drafts) => {
+                self.slots.iter_mut().flatten().for_each(|s| s.held_forced = 0);
+                drafts.propose(&mut self.slots, &mut self.executor, prices, ctx_limit, budget);
             }
+            // Without lookups this still lays out the tokens constraints forced.
+            None => speculate::propose_drafts(
+                &mut self.slots,
+                &self.ngram_pool,
+                prices,
+                ctx_limit,
+                budget,
+                self.batch.ubatch_rows(),
+                lookups,
+                &mut self.draft_scratch,
+            ),
         }
         let rows = StepBatch::generating_rows(&self.slots);
         let sizing = StepSizing {
