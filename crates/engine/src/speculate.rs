@@ -41,22 +41,31 @@ const COPY_MATCH: usize = crate::ngram_pool::KEY_TOKENS;
 /// Most tokens drafted in one step from a copy.
 pub(crate) const MAX_COPY_DRAFT: usize = rillm_backend::DRAFT_POSITIONS;
 
-/// Sets each generating sequence's drafts for the next step (with `lookups`): what prompt
-/// lookup finds (in its own tokens, else a copy from `pool`), each as deep as pays given
-/// what the whole step's layout costs (`draft_lengths`), within `budget` extra rows in all,
-/// in ubatches of `ubatch_rows`; and how many of its forced tokens each feeds (with or
-/// without lookups). `scratch` holds buffers reused across steps.
-#[allow(clippy::too_many_arguments)]
+/// What bounds and prices the next step's drafts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DraftStep<'a> {
+    pub prices: DraftPrices<'a>,
+    /// KV cells per sequence.
+    pub ctx_limit: u32,
+    /// Drafted rows the step has room for, in all.
+    pub budget: usize,
+    /// Rows one pass over the weights computes (`ubatch_passes`).
+    pub ubatch_rows: usize,
+    /// Whether to look drafts up at all (forced tokens are laid out either way).
+    pub lookups: bool,
+}
+
+/// Sets each generating sequence's drafts for the next step (with `step.lookups`): what
+/// prompt lookup finds (in its own tokens, else a copy from `pool`), each as deep as pays
+/// given what the whole step's layout costs (`draft_lengths`); and how many of its forced
+/// tokens each feeds. `scratch` holds buffers reused across steps.
 pub(crate) fn propose_drafts(
     slots: &mut [Option<Sequence>],
     pool: &NgramPool,
-    prices: DraftPrices,
-    ctx_limit: u32,
-    budget: usize,
-    ubatch_rows: usize,
-    lookups: bool,
+    step: DraftStep,
     scratch: &mut DraftScratch,
 ) {
+    let DraftStep { prices, ctx_limit, budget, ubatch_rows, lookups } = step;
     let DraftScratch { history, base, options, lengths } = scratch;
     base.clear();
     options.clear();

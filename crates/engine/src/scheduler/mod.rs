@@ -20,7 +20,7 @@ use crate::ngram_pool::NgramPool;
 use crate::queue::WaitQueue;
 use crate::runtime::{Executor, Tokenizer};
 use crate::sequence::{PendingRequest, Sequence};
-use crate::speculate::{self, DraftScratch};
+use crate::speculate::{self, DraftScratch, DraftStep};
 use crate::stats::EngineStats;
 use batch::{StepBatch, StepSizing};
 use decode::{decode_next, verify, DecodeContext, SlotLogits};
@@ -291,16 +291,10 @@ impl<E: Executor> Scheduler<E> {
                 drafts.propose(&mut self.slots, &mut self.executor, prices, ctx_limit, budget);
             }
             // Without lookups this still lays out the tokens constraints forced.
-            None => speculate::propose_drafts(
-                &mut self.slots,
-                &self.ngram_pool,
-                prices,
-                ctx_limit,
-                budget,
-                self.batch.ubatch_rows(),
-                lookups,
-                &mut self.draft_scratch,
-            ),
+            None => {
+                let step = DraftStep { prices, ctx_limit, budget, ubatch_rows: self.batch.ubatch_rows(), lookups };
+                speculate::propose_drafts(&mut self.slots, &self.ngram_pool, step, &mut self.draft_scratch);
+            }
         }
         let rows = StepBatch::generating_rows(&self.slots);
         let sizing = StepSizing {
