@@ -330,7 +330,15 @@ impl<E: Executor> Scheduler<E> {
         for seq in self.slots.iter_mut().flatten().filter(|s| s.generated > 0) {
             seq.decode_elapsed_ms += step_ms;
         }
-        tracing::trace!(rows, sequences = self.batch.outputs.len(), passes, drafted, decode_ms = took_ms, "step");
+        tracing::trace!(
+            rows,
+            sequences = self.batch.outputs.len(),
+            passes,
+            drafted,
+            prefilled,
+            decode_ms = took_ms,
+            "step"
+        );
         if let Err(error) = decoded {
             tracing::error!(%error, rows, "decode failed");
             let slots: Vec<usize> = self.admission_order.iter().copied().collect();
