@@ -144,7 +144,7 @@ impl<'a> Search<'a> {
     fn rate(&mut self, lengths: &[usize]) -> f64 {
         self.rows.clear();
         self.rows.extend(self.base.iter().zip(lengths).map(|(b, k)| b + k));
-        passes_into(&self.rows, self.ubatch_rows, &mut self.passes);
+        passes_into(&mut self.rows, self.ubatch_rows, &mut self.passes);
         let ms: f64 = self.passes.iter().map(|&rows| self.prices.step_ms(rows)).sum();
         let kept: f64 = self.expected.iter().zip(lengths).map(|(e, &k)| e[k]).sum();
         (self.base.iter().sum::<usize>() as f64 + kept) / ms.max(1e-3)
@@ -224,9 +224,9 @@ mod tests {
         let costs = cpu();
         let options = [offer(4, 0.9), offer(1, 0.9), offer(3, 0.9), offer(1, 0.9)];
         let lengths = chosen(&[1; 4], &options, &costs, 64);
-        let rows: Vec<usize> = lengths.iter().map(|k| k + 1).collect();
+        let mut rows: Vec<usize> = lengths.iter().map(|k| k + 1).collect();
         let mut passes = Vec::new();
-        passes_into(&rows, 512, &mut passes);
+        passes_into(&mut rows, 512, &mut passes);
         assert!(passes.len() <= 2, "{lengths:?} makes passes {passes:?}");
         assert!(lengths.iter().sum::<usize>() >= 4, "{lengths:?}");
     }

@@ -70,7 +70,7 @@ impl StepBatch {
     /// How many passes over the weights the runtime makes of this step's batch.
     pub fn passes(&mut self) -> usize {
         ubatch_passes::rows_per_sequence(&self.tokens, self.prefill_take.len(), &mut self.rows_per_slot);
-        ubatch_passes::passes_into(&self.rows_per_slot, self.ubatch_rows, &mut self.passes);
+        ubatch_passes::passes_into(&mut self.rows_per_slot, self.ubatch_rows, &mut self.passes);
         self.passes.len()
     }
 
