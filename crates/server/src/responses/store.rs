@@ -3,9 +3,9 @@
 //! in memory, least recently used out past `--responses-store-mib`. A conversation resumed
 //! from here is cheap to prefill again: its prefix is in the prefix cache.
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
+use lru::LruCache;
 use serde_json::Value;
 
 use crate::tools::HistoryMessage;
@@ -17,17 +17,12 @@ struct Entry {
     /// `instructions` (OpenAI does not carry them over to the next response).
     conversation: Arc<Vec<HistoryMessage>>,
     bytes: usize,
-    /// Its place in the use order.
-    stamp: u64,
 }
 
-#[derive(Default)]
 struct Kept {
-    entries: HashMap<String, Entry>,
-    /// Use stamps, oldest first: the next to go.
-    order: BTreeMap<u64, String>,
+    /// In use order: `lru` evicts by count, so the byte budget is kept here.
+    entries: LruCache<String, Entry>,
     bytes: usize,
-    clock: u64,
 }
 
 pub struct ResponseStore {
@@ -38,7 +33,7 @@ pub struct ResponseStore {
 impl ResponseStore {
     /// Keeps up to `budget` bytes of responses; 0 keeps none.
     pub fn new(budget: usize) -> Self {
-        Self { budget, kept: Mutex::new(Kept::default()) }
+        Self { budget, kept: Mutex::new(Kept { entries: LruCache::unbounded(), bytes: 0 }) }
     }
 
     pub fn enabled(&self) -> bool {
@@ -60,25 +55,21 @@ impl ResponseStore {
         let mut kept = self.lock();
         kept.remove(&id);
         while kept.bytes + bytes > self.budget {
-            let Some((_, oldest)) = kept.order.pop_first() else { break };
-            kept.remove(&oldest);
+            let Some((_, oldest)) = kept.entries.pop_lru() else { break };
+            kept.bytes -= oldest.bytes;
         }
-        kept.clock += 1;
-        let stamp = kept.clock;
-        kept.order.insert(stamp, id.clone());
         kept.bytes += bytes;
-        kept.entries
-            .insert(id, Entry { response: Arc::new(response), conversation: Arc::new(conversation), bytes, stamp });
+        kept.entries.put(id, Entry { response: Arc::new(response), conversation: Arc::new(conversation), bytes });
     }
 
     /// A kept response's conversation, marked as used.
     pub fn conversation(&self, id: &str) -> Option<Arc<Vec<HistoryMessage>>> {
-        self.lock().touch(id).map(|e| e.conversation.clone())
+        self.lock().entries.get(id).map(|e| e.conversation.clone())
     }
 
     /// A kept response object, marked as used.
     pub fn response(&self, id: &str) -> Option<Arc<Value>> {
-        self.lock().touch(id).map(|e| e.response.clone())
+        self.lock().entries.get(id).map(|e| e.response.clone())
     }
 
     /// Forgets a response; whether it was kept.
@@ -98,19 +89,8 @@ impl ResponseStore {
 }
 
 impl Kept {
-    fn touch(&mut self, id: &str) -> Option<&Entry> {
-        self.clock += 1;
-        let stamp = self.clock;
-        let entry = self.entries.get_mut(id)?;
-        self.order.remove(&entry.stamp);
-        entry.stamp = stamp;
-        self.order.insert(stamp, id.to_string());
-        Some(entry)
-    }
-
     fn remove(&mut self, id: &str) -> bool {
-        let Some(entry) = self.entries.remove(id) else { return false };
-        self.order.remove(&entry.stamp);
+        let Some(entry) = self.entries.pop(id) else { return false };
         self.bytes -= entry.bytes;
         true
     }
