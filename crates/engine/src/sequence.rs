@@ -154,7 +154,7 @@ pub(crate) struct Sequence {
     pub drafts: Vec<TokenId>,
     /// Forced tokens at the end of the uncached ones that this step leaves for a later one:
     /// the step's layout is cheaper without them (`draft_lengths`). The sequence samples
-    /// again only once the last of them is fed.
+    /// again only once the last of them is fed. Set while a step is laid out, 0 after it.
     pub held_forced: usize,
     /// How often the model keeps drafted tokens, by where they came from: how deep the
     /// next draft goes.

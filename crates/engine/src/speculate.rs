@@ -77,7 +77,6 @@ pub(crate) fn propose_drafts(
         };
         seq.drafts.clear();
         seq.predicted = None;
-        seq.held_forced = 0;
         let uncached = seq.uncached_generated().len();
         if uncached > 1 {
             // The last sampled token, then the ones its constraint forced after it.

@@ -286,21 +286,18 @@ impl<E: Executor> Scheduler<E> {
         let ctx_limit = self.executor.ctx_per_sequence();
         let prices = self.forecaster.row_costs();
         match self.model_drafts.as_mut().filter(|_| lookups) {
-            Some(drafts) => {
-                self.slots.iter_mut().flatten().for_each(|s| s.held_forced = 0);
-                drafts.propose(&mut self.slots, &mut self.executor, prices, ctx_limit, budget);
-            }
+            Some(drafts) => drafts.propose(&mut self.slots, &mut self.executor, prices, ctx_limit, budget),
             // Without lookups this still lays out the tokens constraints forced.
             None => {
                 let step = DraftStep { prices, ctx_limit, budget, ubatch_rows: self.batch.ubatch_rows(), lookups };
                 speculate::propose_drafts(&mut self.slots, &self.ngram_pool, step, &mut self.draft_scratch);
             }
         }
-        let rows = StepBatch::generating_rows(&self.slots);
+        let generating = StepBatch::generating_rows(&self.slots);
         let sizing = StepSizing {
-            generating_rows: rows,
-            prefill_cap: tpot_budget::prefill_cap(&self.slots, rows, &mut self.forecaster, self.tpot_slo_ms),
-            join_below: self.forecaster.step_in_prompt_tokens(rows),
+            generating_rows: generating,
+            prefill_cap: tpot_budget::prefill_cap(&self.slots, generating, &mut self.forecaster, self.tpot_slo_ms),
+            join_below: self.forecaster.step_in_prompt_tokens(generating),
         };
         let (slots, order) = (&mut self.slots, &self.admission_order);
         self.batch.plan(slots, order, &mut self.executor, &self.stats, &sizing);
@@ -354,8 +351,10 @@ impl<E: Executor> Scheduler<E> {
             }
         }
         // Drafts are in KV but not yet the sequence's: `verify` counts the ones it keeps.
+        // Held forced tokens wait for the next step's layout.
         for seq in self.slots.iter_mut().flatten() {
             seq.cached -= seq.drafts.len() as u32;
+            seq.held_forced = 0;
         }
         self.score_prompts();
         self.fork_choices();
