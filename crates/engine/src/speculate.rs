@@ -66,7 +66,7 @@ pub(crate) fn propose_drafts(
     scratch: &mut DraftScratch,
 ) {
     let DraftStep { prices, ctx_limit, budget, ubatch_rows, lookups } = step;
-    let DraftScratch { history, base, options, lengths } = scratch;
+    let DraftScratch { history, found, base, options, lengths } = scratch;
     base.clear();
     options.clear();
     for slot in slots.iter_mut() {
@@ -91,18 +91,20 @@ pub(crate) fn propose_drafts(
             continue;
         }
         seq.history_into(history);
-        let mut found = lookup_draft(history, room);
-        if found.source == DraftSource::Suffix {
+        let mut source = lookup_draft(history, room, found);
+        if source == DraftSource::Suffix {
             let pooled = pool.lookup(history, room.min(MAX_COPY_DRAFT));
             if !pooled.is_empty() {
-                found = Found { tokens: pooled, source: DraftSource::Copy };
+                found.clear();
+                found.extend_from_slice(pooled);
+                source = DraftSource::Copy;
             }
         }
         // Under a constraint, only the part of the draft the grammar accepts can be kept.
-        let tokens = &found.tokens[..seq.constraint_allows(found.tokens)];
-        seq.acceptance.source = found.source;
-        seq.drafts.extend_from_slice(tokens);
-        options.push(Some(DraftOption::drafted(tokens.len(), seq.acceptance.current())));
+        let allowed = seq.constraint_allows(found);
+        seq.acceptance.source = source;
+        seq.drafts.extend_from_slice(&found[..allowed]);
+        options.push(Some(DraftOption::drafted(allowed, seq.acceptance.current())));
     }
     draft_lengths::choose(base, options, prices, budget, ubatch_rows, lengths);
     for ((seq, &k), option) in slots.iter_mut().zip(lengths.iter()).zip(options.iter()) {
@@ -123,35 +125,42 @@ pub(crate) fn propose_drafts(
 #[derive(Debug, Default)]
 pub(crate) struct DraftScratch {
     history: Vec<TokenId>,
+    found: Vec<TokenId>,
     base: Vec<usize>,
     options: Vec<Option<DraftOption>>,
     lengths: Vec<usize>,
 }
 
-/// A lookup's proposal: up to `MAX_DRAFT` tokens from a suffix match, `MAX_COPY_DRAFT`
-/// from a copy.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Found<'a> {
-    pub tokens: &'a [TokenId],
-    pub source: DraftSource,
-}
-
-/// What followed an earlier occurrence of the end of `history`, at most `max` tokens: after
-/// the latest earlier copy of its last `COPY_MATCH` tokens if there is one, else after the
-/// latest occurrence of its longest suffix of `MAX_NGRAM` down to `MIN_NGRAM` tokens
-/// (empty when none recurs).
-pub(crate) fn lookup_draft(history: &[TokenId], max: usize) -> Found<'_> {
-    let after = |from: usize, most: usize| &history[from..(from + most).min(history.len())];
-    if let Some(from) = latest_earlier(history, COPY_MATCH) {
-        return Found { tokens: after(from, max.min(MAX_COPY_DRAFT)), source: DraftSource::Copy };
+/// Puts into `draft` what followed an earlier occurrence of the end of `history`, at most
+/// `max` tokens, and says where it came from: after the latest earlier copy of its last
+/// `COPY_MATCH` tokens if there is one (up to `MAX_COPY_DRAFT` tokens), else after the
+/// latest occurrence of its longest suffix of `MAX_NGRAM` down to `MIN_NGRAM` tokens (up to
+/// `MAX_DRAFT`; empty when none recurs).
+///
+/// A continuation that reaches the end of `history` goes on with its own start: the
+/// history is repeating a run as long as the distance to the match (a loop of a few tokens,
+/// rows of a table), and the draft assumes the repetition goes on, as llama.cpp's
+/// `ngram-mod` does by looking each drafted token's n-gram up again. Without it a loop of
+/// four tokens drafts four a step, however long it has run.
+pub(crate) fn lookup_draft(history: &[TokenId], max: usize, draft: &mut Vec<TokenId>) -> DraftSource {
+    draft.clear();
+    let (from, most, source) = match latest_earlier(history, COPY_MATCH) {
+        Some(from) => (from, max.min(MAX_COPY_DRAFT), DraftSource::Copy),
+        None => match (MIN_NGRAM..=MAX_NGRAM).rev().find_map(|n| latest_earlier(history, n)) {
+            Some(from) => (from, max.min(MAX_DRAFT), DraftSource::Suffix),
+            None => return DraftSource::Suffix,
+        },
+    };
+    for at in from..from + most {
+        let token = match history.get(at) {
+            Some(&token) => token,
+            None => draft[at - history.len()],
+        };
+        draft.push(token);
     }
-    let short = (MIN_NGRAM..=MAX_NGRAM).rev().find_map(|n| latest_earlier(history, n));
-    Found { tokens: short.map_or(&[][..], |from| after(from, max.min(MAX_DRAFT))), source: DraftSource::Suffix }
+    source
 }
 
-/// Where the tokens after the latest earlier occurrence of `history`'s last `n` tokens
-/// begin. The latest is most like what comes next (code being repeated, the current
-/// paragraph of a quoted text).
 fn latest_earlier(history: &[TokenId], n: usize) -> Option<usize> {
     let len = history.len();
     if n == 0 || len <= n {
@@ -198,9 +207,9 @@ mod tests {
     fn the_longest_recurring_suffix_proposes_what_followed_it_last() {
         // "a b c d" then later "x b c" : suffix [b, c] recurs, followed by d.
         let suffix = |history: &[TokenId], max: usize| {
-            let found = lookup_draft(history, max);
-            assert_eq!(found.source, DraftSource::Suffix);
-            found.tokens.to_vec()
+            let mut draft = Vec::new();
+            assert_eq!(lookup_draft(history, max, &mut draft), DraftSource::Suffix);
+            draft
         };
         let history = [1, 2, 3, 4, 9, 2, 3];
         assert_eq!(suffix(&history, 4), [4, 9, 2, 3]);
@@ -214,30 +223,41 @@ mod tests {
         assert!(suffix(&[1, 2, 3, 4], 4).is_empty());
         assert!(suffix(&[1, 2, 3, 1], 4).is_empty());
         assert!(suffix(&[], 4).is_empty());
-        // A draft never reaches past the end of the history, nor past `MAX_DRAFT`.
-        assert_eq!(suffix(&[1, 2, 1, 2], 8), [1, 2]);
+        // A draft never reaches past `MAX_DRAFT`. One that reaches the end of the history
+        // repeats what it drafted: the history is looping.
+        assert_eq!(suffix(&[1, 2, 1, 2], 8), [1, 2, 1, 2, 1, 2, 1, 2]);
+        assert_eq!(suffix(&[5, 1, 2, 3, 1, 2], 5), [3, 1, 2, 3, 1]);
         let long: Vec<TokenId> = (0..40).chain(0..3).collect();
         assert_eq!(suffix(&long, 100), (3..3 + MAX_DRAFT as TokenId).collect::<Vec<_>>());
     }
 
     #[test]
     fn a_sequence_repeating_a_long_run_drafts_the_rest_of_it_as_a_copy() {
+        let mut draft = Vec::new();
         // A source file of 200 distinct tokens, then the start of it again.
         let source: Vec<TokenId> = (1000..1200).collect();
         let mut history: Vec<TokenId> = source.iter().copied().chain([7, 7]).collect();
         history.extend_from_slice(&source[..COPY_MATCH]);
-        let found = lookup_draft(&history, 500);
-        assert_eq!(found.source, DraftSource::Copy);
-        assert_eq!(found.tokens, &source[COPY_MATCH..COPY_MATCH + MAX_COPY_DRAFT]);
-        assert_eq!(lookup_draft(&history, 10).tokens, &source[COPY_MATCH..COPY_MATCH + 10], "within the room");
+        assert_eq!(lookup_draft(&history, 500, &mut draft), DraftSource::Copy);
+        assert_eq!(draft, &source[COPY_MATCH..COPY_MATCH + MAX_COPY_DRAFT]);
+        lookup_draft(&history, 10, &mut draft);
+        assert_eq!(draft, &source[COPY_MATCH..COPY_MATCH + 10], "within the room");
         // One token short of the copy length: a suffix draft, as short as those are.
         history.truncate(history.len() - 1);
-        let found = lookup_draft(&history, 500);
-        assert_eq!((found.source, found.tokens.len()), (DraftSource::Suffix, MAX_DRAFT));
-        // A copy drafts what followed its match up to the end of the history, no further.
+        assert_eq!(lookup_draft(&history, 500, &mut draft), DraftSource::Suffix);
+        assert_eq!(draft.len(), MAX_DRAFT);
+        // A copy whose continuation reaches the end of the history goes on as the history
+        // repeats: here 50 tokens, source[80..100] then source[50..80], over and over.
         let mut history = source[..100].to_vec();
         history.extend_from_slice(&source[50..80]);
-        assert_eq!(lookup_draft(&history, 500).tokens, &history[80..]);
+        assert_eq!(lookup_draft(&history, 500, &mut draft), DraftSource::Copy);
+        let period = &history[80..];
+        let repeated: Vec<TokenId> = period.iter().chain(period).copied().take(MAX_COPY_DRAFT).collect();
+        assert_eq!(draft, repeated);
+        // A loop of four tokens that has run past the copy length drafts as deep as a copy.
+        let looping: Vec<TokenId> = [9, 8].into_iter().chain([1, 2, 3, 4].repeat(5)).collect();
+        assert_eq!(lookup_draft(&looping, 500, &mut draft), DraftSource::Copy);
+        assert_eq!(draft, [1, 2, 3, 4].repeat(MAX_COPY_DRAFT / 4));
     }
 
     #[test]
