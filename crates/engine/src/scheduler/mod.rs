@@ -333,6 +333,8 @@ impl<E: Executor> Scheduler<E> {
             passes,
             drafted,
             prefilled,
+            first_token_due,
+            queued = !self.queue.is_empty(),
             decode_ms = took_ms,
             "step"
         );
