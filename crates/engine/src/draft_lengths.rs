@@ -45,18 +45,21 @@ impl DraftOption {
 
 /// Chooses draft lengths: `base[s]` rows sequence `s` feeds anyway (0 for a slot that
 /// feeds none), `options[s]` what it could feed beyond them, at most `budget` drafted rows
-/// in all, in ubatches of `ubatch_rows`. Writes one length per slot into `lengths`. A
-/// layout with drafts must beat every layout without by `MIN_GAIN`; forced tokens are fed
-/// whole unless holding some back is faster.
+/// in all, in ubatches of `ubatch_rows`. `draft_pass_ms`: what making drafts costs before
+/// the step, per token of the deepest draft (a draft model's passes, which the drafting
+/// sequences share; 0 for lookups). Writes one length per slot into `lengths`. A layout
+/// with drafts must beat every layout without by `MIN_GAIN`; forced tokens are fed whole
+/// unless holding some back is faster.
 pub(crate) fn choose(
     base: &[usize],
     options: &[Option<DraftOption>],
     prices: DraftPrices,
     budget: usize,
     ubatch_rows: usize,
+    draft_pass_ms: f64,
     lengths: &mut Vec<usize>,
 ) {
-    let mut search = Search::new(base, options, prices, ubatch_rows);
+    let mut search = Search::new(base, options, prices, ubatch_rows, draft_pass_ms);
     lengths.clear();
     lengths.extend(options.iter().map(|o| o.filter(|o| o.forced).map_or(0, |o| o.available)));
     let mut best = search.score(lengths);
@@ -102,12 +105,19 @@ struct Search<'a> {
     expected: Vec<Vec<f64>>,
     prices: DraftPrices<'a>,
     ubatch_rows: usize,
+    draft_pass_ms: f64,
     rows: Vec<usize>,
     passes: Vec<usize>,
 }
 
 impl<'a> Search<'a> {
-    fn new(base: &'a [usize], options: &'a [Option<DraftOption>], prices: DraftPrices<'a>, ubatch_rows: usize) -> Self {
+    fn new(
+        base: &'a [usize],
+        options: &'a [Option<DraftOption>],
+        prices: DraftPrices<'a>,
+        ubatch_rows: usize,
+        draft_pass_ms: f64,
+    ) -> Self {
         // A draft of k tokens adds a + a^2 + ... + a^k kept tokens to the step's output.
         let expected = options
             .iter()
@@ -122,7 +132,7 @@ impl<'a> Search<'a> {
                 kept
             })
             .collect();
-        Self { base, options, expected, prices, ubatch_rows, rows: Vec::new(), passes: Vec::new() }
+        Self { base, options, expected, prices, ubatch_rows, draft_pass_ms, rows: Vec::new(), passes: Vec::new() }
     }
 
     /// Drafted (not forced) tokens in a layout: what the draft budget bounds.
@@ -145,7 +155,10 @@ impl<'a> Search<'a> {
         self.rows.clear();
         self.rows.extend(self.base.iter().zip(lengths).map(|(b, k)| b + k));
         passes_into(&mut self.rows, self.ubatch_rows, &mut self.passes);
-        let ms: f64 = self.passes.iter().map(|&rows| self.prices.step_ms(rows)).sum();
+        let deepest =
+            self.options.iter().zip(lengths).filter(|(o, _)| o.is_some_and(|o| !o.forced)).map(|(_, &k)| k).max();
+        let making = self.draft_pass_ms * deepest.unwrap_or(0) as f64;
+        let ms: f64 = making + self.passes.iter().map(|&rows| self.prices.step_ms(rows)).sum::<f64>();
         let kept: f64 = self.expected.iter().zip(lengths).map(|(e, &k)| e[k]).sum();
         (self.base.iter().sum::<usize>() as f64 + kept) / ms.max(1e-3)
     }
@@ -158,7 +171,7 @@ mod tests {
 
     fn chosen(base: &[usize], options: &[Option<DraftOption>], costs: &RowCosts, budget: usize) -> Vec<usize> {
         let mut lengths = Vec::new();
-        choose(base, options, DraftPrices::new(costs, costs.price(1, 10.0)), budget, 512, &mut lengths);
+        choose(base, options, DraftPrices::new(costs, costs.price(1, 10.0)), budget, 512, 0.0, &mut lengths);
         lengths
     }
 
@@ -229,5 +242,25 @@ mod tests {
         passes_into(&mut rows, 512, &mut passes);
         assert!(passes.len() <= 2, "{lengths:?} makes passes {passes:?}");
         assert!(lengths.iter().sum::<usize>() >= 4, "{lengths:?}");
+    }
+
+    #[test]
+    fn drafts_that_cost_passes_to_make_go_shallower_or_not_at_all() {
+        let costs = cpu();
+        let prices = DraftPrices::new(&costs, costs.price(1, 10.0));
+        let with_cost = |options: &[Option<DraftOption>], pass_ms: f64| {
+            let mut lengths = Vec::new();
+            choose(&vec![1; options.len()], options, prices, 64, 512, pass_ms, &mut lengths);
+            lengths
+        };
+        let options = [offer(8, 0.97)];
+        let free = with_cost(&options, 0.0)[0];
+        let cheap = with_cost(&options, 1.0)[0];
+        assert!(free >= 4 && cheap <= free, "{free} free, {cheap} at 1 ms a token");
+        // A pass that costs what a one-row step does: no draft pays.
+        assert_eq!(with_cost(&options, 10.0), [0]);
+        // The passes are shared: a second sequence drafting as deep adds no pass of them.
+        let two = with_cost(&[offer(8, 0.97), offer(8, 0.97)], 1.0);
+        assert!(two.iter().all(|&k| k > 0), "{two:?}");
     }
 }

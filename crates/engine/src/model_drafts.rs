@@ -5,18 +5,19 @@
 //!
 //! Unlike a lookup, a model's draft costs time before the step: a pass of the draft model
 //! per drafted position (the drafting sequences share each pass). That time is measured
-//! (`Executor::draft_pass_ms`) and priced into every sequence's draft length beside the
-//! target's row costs (`speculate::priced_draft_len`). A sequence whose acceptance says
+//! (`Executor::draft_pass_ms`) and priced beside what the step's layout costs the target
+//! (`draft_lengths`, which chooses every sequence's length together, as for lookups, and
+//! lays out tokens constraints forced the same way). A sequence whose acceptance says
 //! drafting does not pay is still asked for one token every `PROBE_EVERY` steps, which
 //! keeps the estimate current; where drafting could not pay even if every token were kept
 //! (a draft model not much cheaper than its target), the draft model is not asked at all:
 //! it would have to take in every token the sequence generates.
 
 use crate::draft_acceptance::DraftSource;
-use crate::forecast::DraftPrices;
+use crate::draft_lengths::{self, DraftOption};
 use crate::runtime::{DraftWant, Executor, TokenId};
 use crate::sequence::Sequence;
-use crate::speculate::priced_draft_len;
+use crate::speculate::{priced_draft_len, DraftStep};
 
 /// A sequence that drafts nothing asks the draft model for one token in this many steps.
 const PROBE_EVERY: u32 = 8;
@@ -29,6 +30,12 @@ pub(crate) struct ModelDrafts {
     max_draft: usize,
     /// The drafting sequences' histories (buffers reused across steps).
     histories: Vec<Vec<TokenId>>,
+    /// Per slot: rows fed anyway, what it could draft or had forced, how many it may
+    /// draft (0: not a drafting sequence this step), the lengths chosen. Reused buffers.
+    base: Vec<usize>,
+    options: Vec<Option<DraftOption>>,
+    rooms: Vec<usize>,
+    lengths: Vec<usize>,
 }
 
 /// One sequence's part of a step's drafting.
@@ -42,40 +49,77 @@ struct Plan {
 
 impl ModelDrafts {
     pub fn new(min_draft: usize, max_draft: usize) -> Self {
-        Self { min_draft: min_draft.min(max_draft), max_draft, histories: Vec::new() }
+        Self {
+            min_draft: min_draft.min(max_draft),
+            max_draft,
+            histories: Vec::new(),
+            base: Vec::new(),
+            options: Vec::new(),
+            rooms: Vec::new(),
+            lengths: Vec::new(),
+        }
     }
 
     /// Sets each generating sequence's drafts for the next step from `executor`'s draft
-    /// model, as deep as pays at this step's size and the measured pass time, within
-    /// `budget` extra rows in all. A failed draft model drafts nothing this step.
-    pub fn propose<E: Executor>(
-        &mut self,
-        slots: &mut [Option<Sequence>],
-        executor: &mut E,
-        prices: DraftPrices,
-        ctx_limit: u32,
-        mut budget: usize,
-    ) {
+    /// model, as deep as pays given the step's layout and the measured pass time, within
+    /// `step.budget` drafted rows in all; and how many of its forced tokens each feeds. A
+    /// failed draft model drafts nothing this step.
+    pub fn propose<E: Executor>(&mut self, slots: &mut [Option<Sequence>], executor: &mut E, step: DraftStep) {
         let Some(pass_ms) = executor.draft_pass_ms() else { return };
-        let mut rows: usize = slots.iter().flatten().map(|s| s.uncached_generated().len()).sum();
+        let DraftStep { prices, ctx_limit, budget, ubatch_rows, .. } = step;
+        let rows: usize = slots.iter().flatten().map(|s| s.uncached_generated().len()).sum();
+        let (base, options, rooms) = (&mut self.base, &mut self.options, &mut self.rooms);
+        base.clear();
+        options.clear();
+        rooms.clear();
+        for slot in slots.iter_mut() {
+            let Some(seq) = slot.as_mut() else {
+                base.push(0);
+                options.push(None);
+                rooms.push(0);
+                continue;
+            };
+            seq.drafts.clear();
+            seq.predicted = None;
+            let uncached = seq.uncached_generated().len();
+            if uncached > 1 {
+                // The last sampled token, then the ones its constraint forced after it.
+                base.push(1);
+                options.push(Some(DraftOption::forced(uncached - 1)));
+                rooms.push(0);
+                continue;
+            }
+            base.push(uncached);
+            let room = if uncached == 1 { seq.draft_room(ctx_limit).min(budget).min(self.max_draft) } else { 0 };
+            rooms.push(room);
+            if room > 0 {
+                seq.acceptance.source = DraftSource::Model;
+            }
+            // What drafting saves is priced against a one-row step: until one is measured,
+            // only minimum drafts and probes run (and their steps measure it).
+            let priced = room > 0 && prices.one_row_measured();
+            options.push(priced.then(|| DraftOption::drafted(room, seq.acceptance.current())));
+        }
+        draft_lengths::choose(base, options, prices, budget, ubatch_rows, pass_ms, &mut self.lengths);
+        let mut left = budget.saturating_sub(
+            options.iter().zip(&self.lengths).filter(|(o, _)| o.is_some_and(|o| !o.forced)).map(|(_, k)| k).sum(),
+        );
         let mut plans = Vec::new();
         for (slot, seq) in slots.iter_mut().enumerate() {
             let Some(seq) = seq else { continue };
-            seq.drafts.clear();
-            seq.predicted = None;
-            let room = seq.draft_room(ctx_limit).min(budget).min(self.max_draft);
-            if room == 0 || seq.uncached_generated().len() != 1 {
+            let chosen = self.lengths[slot];
+            if let Some(option) = options[slot].filter(|o| o.forced) {
+                seq.held_forced = option.available - chosen;
                 continue;
             }
-            seq.acceptance.source = DraftSource::Model;
-            // What drafting saves is priced against a one-row step: until one is measured,
-            // only probes run (and their steps measure it).
-            let priced = if prices.one_row_measured() {
-                priced_draft_len(room, seq.acceptance.current(), rows, prices, pass_ms)
-            } else {
-                0
-            };
-            let feed = priced.max(self.min_draft.min(room));
+            let room = rooms[slot];
+            if room == 0 {
+                continue;
+            }
+            // A minimum draft, where the user set one, from what the budget has left.
+            let extra = self.min_draft.min(room).saturating_sub(chosen).min(left);
+            left -= extra;
+            let feed = chosen + extra;
             // A probe's draft model first takes in every token since its last call, about
             // another pass per token: probing is worth it only where drafting would pay even so.
             let probe =
@@ -83,8 +127,6 @@ impl ModelDrafts {
             if feed == 0 && !probe {
                 continue;
             }
-            budget -= feed;
-            rows += feed;
             plans.push(Plan { slot, asked: feed.max(1), feed });
         }
         if plans.is_empty() {

@@ -106,7 +106,7 @@ pub(crate) fn propose_drafts(
         seq.drafts.extend_from_slice(&found[..allowed]);
         options.push(Some(DraftOption::drafted(allowed, seq.acceptance.current())));
     }
-    draft_lengths::choose(base, options, prices, budget, ubatch_rows, lengths);
+    draft_lengths::choose(base, options, prices, budget, ubatch_rows, 0.0, lengths);
     for ((seq, &k), option) in slots.iter_mut().zip(lengths.iter()).zip(options.iter()) {
         let (Some(seq), Some(option)) = (seq, option) else { continue };
         if option.forced {

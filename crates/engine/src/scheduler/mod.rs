@@ -285,13 +285,11 @@ impl<E: Executor> Scheduler<E> {
         let budget = self.batch.draft_budget(&self.slots);
         let ctx_limit = self.executor.ctx_per_sequence();
         let prices = self.forecaster.row_costs();
+        let step = DraftStep { prices, ctx_limit, budget, ubatch_rows: self.batch.ubatch_rows(), lookups };
         match self.model_drafts.as_mut().filter(|_| lookups) {
-            Some(drafts) => drafts.propose(&mut self.slots, &mut self.executor, prices, ctx_limit, budget),
+            Some(drafts) => drafts.propose(&mut self.slots, &mut self.executor, step),
             // Without lookups this still lays out the tokens constraints forced.
-            None => {
-                let step = DraftStep { prices, ctx_limit, budget, ubatch_rows: self.batch.ubatch_rows(), lookups };
-                speculate::propose_drafts(&mut self.slots, &self.ngram_pool, step, &mut self.draft_scratch);
-            }
+            None => speculate::propose_drafts(&mut self.slots, &self.ngram_pool, step, &mut self.draft_scratch),
         }
         let generating = StepBatch::generating_rows(&self.slots);
         let sizing = StepSizing {

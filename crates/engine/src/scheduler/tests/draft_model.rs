@@ -81,3 +81,28 @@ fn a_draft_model_as_slow_as_the_targets_step_is_not_asked_unless_told_to() {
     assert!(!calls.is_empty() && calls.iter().flatten().all(|&(_, _, count)| count <= 3), "{calls:?}");
     assert!(h.scheduler.executor.batches.iter().any(|b| b.len() == 4), "the last token and three drafts");
 }
+
+#[test]
+fn sequences_drafting_side_by_side_draft_alike_so_the_step_is_one_pass() {
+    // Two streams of the same text: a draft model that agrees with both. Chosen one at a
+    // time, the second stream's draft was priced after the first's rows and came out
+    // shorter, and llama.cpp would cut the uneven rows into two passes.
+    let script = patternless(160);
+    let mut h = harness(&script, Some((&script, 0.5, (0, 8))));
+    let mut first = h.submit_n(&script[..20], 60);
+    let mut second = h.submit_n(&script[..20], 60);
+    h.run_to_idle();
+    assert_eq!(drain(&mut first).0, &script[20..80]);
+    assert_eq!(drain(&mut second).0, &script[20..80]);
+    let mut drafted_steps = 0;
+    // Steps where both generate (the prompts, 20 tokens each, are prefilled one at a time).
+    let decoding = h.scheduler.executor.batches.iter().filter(|b| b.iter().all(|t| t.pos >= 20));
+    for batch in decoding {
+        let rows = |seq: usize| batch.iter().filter(|t| t.seq == seq).count();
+        if rows(0) > 1 || rows(1) > 1 {
+            drafted_steps += 1;
+            assert_eq!(rows(0), rows(1), "uneven drafts: {} and {} rows", rows(0), rows(1));
+        }
+    }
+    assert!(drafted_steps > 0, "the draft model was asked and its drafts fed");
+}
