@@ -22,10 +22,15 @@
 //! unwidened; llama-server 187). So the engine times both at start (`widening_pays`) and
 //! widens only where the wide prefill measured cheaper.
 
-/// Query rows of one stream that llama.cpp's tiled CPU attention needs, plus one: in a
-/// batch with decode tokens, llama.cpp's equal split puts one row of every consecutive
-/// sequence into the decode ubatch first.
-pub(crate) const WIDE_PREFILL_ROWS: usize = 64 + 1;
+/// Query rows of one stream that llama.cpp's tiled CPU attention computes together
+/// (`GGML_FA_TILE_Q`). Rows past whole tiles go through the row-by-row kernel: one sequence
+/// at 100-1,000 cached tokens took 14-32 ms more for 65 rows than for 64 (a one-row step's
+/// cost or more, for one row), and at 300-1,000 cached 64 rows took less than 63.
+pub(crate) const TILE_QUERY_ROWS: usize = 64;
+
+/// `TILE_QUERY_ROWS` plus one: in a batch with decode tokens, llama.cpp's equal split puts
+/// one row of every consecutive sequence into the decode ubatch first.
+pub(crate) const WIDE_PREFILL_ROWS: usize = TILE_QUERY_ROWS + 1;
 
 /// Per query row, the row-by-row kernel costs about as much as the model's weights for
 /// every this many cached cells; the tiled kernel for every `TILED_CELLS_PER_ROW`. Fitted

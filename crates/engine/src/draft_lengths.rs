@@ -12,7 +12,7 @@
 //! stream's row takes anyway, computes the same rows without that pass.
 
 use crate::forecast::DraftPrices;
-use crate::ubatch_passes::passes_into;
+use crate::ubatch_passes::{passes_into, Pass};
 
 /// A layout with drafts must promise this much more output per millisecond than none:
 /// prices are measured on a noisy machine, and a draft that only breaks even costs latency.
@@ -20,6 +20,16 @@ pub(crate) const MIN_GAIN: f64 = 1.05;
 
 /// Rounds of one-sequence-at-a-time improvement; each usually settles in one or two.
 const ROUNDS: usize = 3;
+
+/// How the runtime cuts a step into passes and what shapes a pass's cost beyond its rows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct PassRules {
+    /// Rows one pass over the weights computes (`ubatch_passes`).
+    pub ubatch_rows: usize,
+    /// `Executor::attention_tile_rows`: a pass whose sequences hold one row past whole
+    /// tiles computes that row by itself, priced as a one-row step more.
+    pub attention_tile: Option<usize>,
+}
 
 /// What one sequence can feed beyond its one row this step.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -45,7 +55,7 @@ impl DraftOption {
 
 /// Chooses draft lengths: `base[s]` rows sequence `s` feeds anyway (0 for a slot that
 /// feeds none), `options[s]` what it could feed beyond them, at most `budget` drafted rows
-/// in all, in ubatches of `ubatch_rows`. `draft_pass_ms`: what making drafts costs before
+/// in all, in passes as `rules` cut them. `draft_pass_ms`: what making drafts costs before
 /// the step, per token of the deepest draft (a draft model's passes, which the drafting
 /// sequences share; 0 for lookups). Writes one length per slot into `lengths`. A layout
 /// with drafts must beat every layout without by `MIN_GAIN`; forced tokens are fed whole
@@ -55,11 +65,11 @@ pub(crate) fn choose(
     options: &[Option<DraftOption>],
     prices: DraftPrices,
     budget: usize,
-    ubatch_rows: usize,
+    rules: PassRules,
     draft_pass_ms: f64,
     lengths: &mut Vec<usize>,
 ) {
-    let mut search = Search::new(base, options, prices, ubatch_rows, draft_pass_ms);
+    let mut search = Search::new(base, options, prices, rules, draft_pass_ms);
     lengths.clear();
     lengths.extend(options.iter().map(|o| o.filter(|o| o.forced).map_or(0, |o| o.available)));
     let mut best = search.score(lengths);
@@ -104,10 +114,10 @@ struct Search<'a> {
     /// Per slot, the expected kept tokens of a draft of each length (index = length).
     expected: Vec<Vec<f64>>,
     prices: DraftPrices<'a>,
-    ubatch_rows: usize,
+    rules: PassRules,
     draft_pass_ms: f64,
     rows: Vec<usize>,
-    passes: Vec<usize>,
+    passes: Vec<Pass>,
 }
 
 impl<'a> Search<'a> {
@@ -115,7 +125,7 @@ impl<'a> Search<'a> {
         base: &'a [usize],
         options: &'a [Option<DraftOption>],
         prices: DraftPrices<'a>,
-        ubatch_rows: usize,
+        rules: PassRules,
         draft_pass_ms: f64,
     ) -> Self {
         // A draft of k tokens adds a + a^2 + ... + a^k kept tokens to the step's output.
@@ -132,7 +142,7 @@ impl<'a> Search<'a> {
                 kept
             })
             .collect();
-        Self { base, options, expected, prices, ubatch_rows, draft_pass_ms, rows: Vec::new(), passes: Vec::new() }
+        Self { base, options, expected, prices, rules, draft_pass_ms, rows: Vec::new(), passes: Vec::new() }
     }
 
     /// Drafted (not forced) tokens in a layout: what the draft budget bounds.
@@ -150,15 +160,25 @@ impl<'a> Search<'a> {
         }
     }
 
+    /// What a pass costs: its rows' price, and a one-row step more where each sequence holds
+    /// one row past whole attention tiles (a draft one token shorter saves it).
+    fn pass_ms(&self, pass: Pass) -> f64 {
+        let ms = self.prices.step_ms(pass.rows);
+        match self.rules.attention_tile {
+            Some(tile) if pass.per_sequence > tile && pass.per_sequence % tile == 1 => ms + self.prices.step_ms(1),
+            _ => ms,
+        }
+    }
+
     /// Expected output tokens per millisecond of the step with these draft lengths.
     fn rate(&mut self, lengths: &[usize]) -> f64 {
         self.rows.clear();
         self.rows.extend(self.base.iter().zip(lengths).map(|(b, k)| b + k));
-        passes_into(&mut self.rows, self.ubatch_rows, &mut self.passes);
+        passes_into(&mut self.rows, self.rules.ubatch_rows, &mut self.passes);
         let deepest =
             self.options.iter().zip(lengths).filter(|(o, _)| o.is_some_and(|o| !o.forced)).map(|(_, &k)| k).max();
         let making = self.draft_pass_ms * deepest.unwrap_or(0) as f64;
-        let ms: f64 = making + self.passes.iter().map(|&rows| self.prices.step_ms(rows)).sum::<f64>();
+        let ms: f64 = making + self.passes.iter().map(|&pass| self.pass_ms(pass)).sum::<f64>();
         let kept: f64 = self.expected.iter().zip(lengths).map(|(e, &k)| e[k]).sum();
         (self.base.iter().sum::<usize>() as f64 + kept) / ms.max(1e-3)
     }
@@ -171,7 +191,8 @@ mod tests {
 
     fn chosen(base: &[usize], options: &[Option<DraftOption>], costs: &RowCosts, budget: usize) -> Vec<usize> {
         let mut lengths = Vec::new();
-        choose(base, options, DraftPrices::new(costs, costs.price(1, 10.0)), budget, 512, 0.0, &mut lengths);
+        let prices = DraftPrices::new(costs, costs.price(1, 10.0));
+        choose(base, options, prices, budget, PassRules { ubatch_rows: 512, attention_tile: None }, 0.0, &mut lengths);
         lengths
     }
 
@@ -250,7 +271,8 @@ mod tests {
         let prices = DraftPrices::new(&costs, costs.price(1, 10.0));
         let with_cost = |options: &[Option<DraftOption>], pass_ms: f64| {
             let mut lengths = Vec::new();
-            choose(&vec![1; options.len()], options, prices, 64, 512, pass_ms, &mut lengths);
+            let rules = PassRules { ubatch_rows: 512, attention_tile: None };
+            choose(&vec![1; options.len()], options, prices, 64, rules, pass_ms, &mut lengths);
             lengths
         };
         let options = [offer(8, 0.97)];
@@ -262,5 +284,26 @@ mod tests {
         // The passes are shared: a second sequence drafting as deep adds no pass of them.
         let two = with_cost(&[offer(8, 0.97), offer(8, 0.97)], 1.0);
         assert!(two.iter().all(|&k| k > 0), "{two:?}");
+    }
+
+    #[test]
+    fn a_sequence_stops_short_of_one_row_past_an_attention_tile() {
+        // A copy sure to be kept, every row at the same price: as deep as it goes, but alone
+        // 1 + 64 rows would put one row past the 64-row tile.
+        let costs = RowCosts::linear(8.0, 4.0);
+        let prices = DraftPrices::new(&costs, costs.price(1, 10.0));
+        let with_tile = |base: &[usize], options: &[Option<DraftOption>], tile| {
+            let mut lengths = Vec::new();
+            choose(base, options, prices, 512, PassRules { ubatch_rows: 512, attention_tile: tile }, 0.0, &mut lengths);
+            lengths
+        };
+        let copy = offer(64, 1.0);
+        assert_eq!(with_tile(&[1], &[copy], None), [64]);
+        assert_eq!(with_tile(&[1], &[copy], Some(64)), [63], "64 rows, one tile");
+        // Beside streams feeding a row each, llama.cpp's split takes one row of every
+        // sequence first: the copy's 64 drafts then make a 64-row pass of their own.
+        let mut options = vec![None; 4];
+        options[3] = copy;
+        assert_eq!(with_tile(&[1; 4], &options, Some(64))[3], 64);
     }
 }

@@ -15,7 +15,9 @@ use llama_cpp_2::token::logit_bias::LlamaLogitBias;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::{LlamaStateSeqFlags, SeqState};
 
-use crate::attention_cost::{cpu_prefill_width, widening_pays, PROBE_CACHED, PROBE_NARROW_ROWS, WIDE_PREFILL_ROWS};
+use crate::attention_cost::{
+    cpu_prefill_width, widening_pays, PROBE_CACHED, PROBE_NARROW_ROWS, TILE_QUERY_ROWS, WIDE_PREFILL_ROWS,
+};
 use crate::chat::ChatTemplate;
 use crate::config::EngineConfig;
 use crate::error::EngineError;
@@ -158,6 +160,8 @@ pub(crate) struct LlamaExecutor<'m> {
     /// Short prefills behind cached tokens are widened: attention runs on the CPU (no layers
     /// offloaded) and the start probe found the wide prefill cheaper (`attention_cost`).
     widen_prefills: bool,
+    /// Attention runs on the CPU (no layer offloaded): its query tiles shape step costs.
+    cpu_attention: bool,
     /// The draft model's context, with `--speculative draft`.
     draft: Option<DraftContext<'m>>,
 }
@@ -192,6 +196,7 @@ impl<'m> LlamaExecutor<'m> {
             ctx_per_sequence,
             samplers: (0..n_seq).map(|_| None).collect(),
             widen_prefills,
+            cpu_attention,
             draft: None,
         })
     }
@@ -322,6 +327,10 @@ impl Executor for LlamaExecutor<'_> {
 
     fn ubatch_rows(&self) -> usize {
         self.ctx.n_ubatch() as usize
+    }
+
+    fn attention_tile_rows(&self) -> Option<usize> {
+        self.cpu_attention.then_some(TILE_QUERY_ROWS)
     }
 
     fn prefill_width(&self, cached: usize, left: usize, beside_others: bool) -> usize {

@@ -66,7 +66,7 @@ impl ModelDrafts {
     /// failed draft model drafts nothing this step.
     pub fn propose<E: Executor>(&mut self, slots: &mut [Option<Sequence>], executor: &mut E, step: DraftStep) {
         let Some(pass_ms) = executor.draft_pass_ms() else { return };
-        let DraftStep { prices, ctx_limit, budget, ubatch_rows, .. } = step;
+        let DraftStep { prices, ctx_limit, budget, rules, .. } = step;
         let rows: usize = slots.iter().flatten().map(|s| s.uncached_generated().len()).sum();
         let (base, options, rooms) = (&mut self.base, &mut self.options, &mut self.rooms);
         base.clear();
@@ -100,7 +100,7 @@ impl ModelDrafts {
             let priced = room > 0 && prices.one_row_measured();
             options.push(priced.then(|| DraftOption::drafted(room, seq.acceptance.current())));
         }
-        draft_lengths::choose(base, options, prices, budget, ubatch_rows, pass_ms, &mut self.lengths);
+        draft_lengths::choose(base, options, prices, budget, rules, pass_ms, &mut self.lengths);
         let mut left = budget.saturating_sub(
             options.iter().zip(&self.lengths).filter(|(o, _)| o.is_some_and(|o| !o.forced)).map(|(_, k)| k).sum(),
         );

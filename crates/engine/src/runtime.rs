@@ -66,6 +66,12 @@ pub trait Executor {
     fn ubatch_rows(&self) -> usize {
         self.max_batch_tokens()
     }
+    /// Query rows of one sequence that the runtime's attention computes as one tile, where
+    /// a row past whole tiles costs about a one-row step by itself (llama.cpp's CPU flash
+    /// attention: `attention_cost::TILE_QUERY_ROWS`); `None` where no such step exists.
+    fn attention_tile_rows(&self) -> Option<usize> {
+        None
+    }
     /// How many prompt tokens to compute in a step that would compute the `left` last
     /// ones of a prompt whose `cached` earlier ones are in KV: at least `left`; more
     /// (computing some cached tokens again) where the runtime's kernels make the wider

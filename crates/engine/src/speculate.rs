@@ -19,7 +19,7 @@
 //! sequence's own tokens hold no copy, earlier requests' may (`ngram_pool`).
 
 pub(crate) use crate::draft_acceptance::DraftSource;
-use crate::draft_lengths::{self, DraftOption, MIN_GAIN};
+use crate::draft_lengths::{self, DraftOption, PassRules, MIN_GAIN};
 use crate::forecast::DraftPrices;
 #[cfg(test)]
 use crate::forecast::RowCosts;
@@ -49,8 +49,8 @@ pub(crate) struct DraftStep<'a> {
     pub ctx_limit: u32,
     /// Drafted rows the step has room for, in all.
     pub budget: usize,
-    /// Rows one pass over the weights computes (`ubatch_passes`).
-    pub ubatch_rows: usize,
+    /// How the runtime cuts the step into passes (`draft_lengths`).
+    pub rules: PassRules,
     /// Whether to look drafts up at all (forced tokens are laid out either way).
     pub lookups: bool,
 }
@@ -65,7 +65,7 @@ pub(crate) fn propose_drafts(
     step: DraftStep,
     scratch: &mut DraftScratch,
 ) {
-    let DraftStep { prices, ctx_limit, budget, ubatch_rows, lookups } = step;
+    let DraftStep { prices, ctx_limit, budget, rules, lookups } = step;
     let DraftScratch { history, found, base, options, lengths } = scratch;
     base.clear();
     options.clear();
@@ -106,7 +106,7 @@ pub(crate) fn propose_drafts(
         seq.drafts.extend_from_slice(&found[..allowed]);
         options.push(Some(DraftOption::drafted(allowed, seq.acceptance.current())));
     }
-    draft_lengths::choose(base, options, prices, budget, ubatch_rows, 0.0, lengths);
+    draft_lengths::choose(base, options, prices, budget, rules, 0.0, lengths);
     for ((seq, &k), option) in slots.iter_mut().zip(lengths.iter()).zip(options.iter()) {
         let (Some(seq), Some(option)) = (seq, option) else { continue };
         if option.forced {

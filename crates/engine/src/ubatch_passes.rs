@@ -14,11 +14,18 @@
 
 use crate::runtime::BatchToken;
 
-/// The rows of each pass llama.cpp makes of a batch holding `rows[s]` rows of sequence `s`
-/// (laid out in sequence order, as `scheduler::batch` does), in ubatches of at most
-/// `ubatch_rows`. Written into `passes`, which is cleared first. Takes the rows out of
-/// `rows`, which is left all zero (no copy: layouts are priced thousands of times a step).
-pub(crate) fn passes_into(rows: &mut [usize], ubatch_rows: usize, passes: &mut Vec<usize>) {
+/// One pass over the weights: its rows, the same number from each of a run of sequences.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Pass {
+    pub rows: usize,
+    pub per_sequence: usize,
+}
+
+/// The passes llama.cpp makes of a batch holding `rows[s]` rows of sequence `s` (laid out
+/// in sequence order, as `scheduler::batch` does), in ubatches of at most `ubatch_rows`.
+/// Written into `passes`, which is cleared first. Takes the rows out of `rows`, which is
+/// left all zero (no copy: layouts are priced thousands of times a step).
+pub(crate) fn passes_into(rows: &mut [usize], ubatch_rows: usize, passes: &mut Vec<Pass>) {
     passes.clear();
     let left = rows;
     while let Some(start) = left.iter().position(|&r| r > 0) {
@@ -28,7 +35,7 @@ pub(crate) fn passes_into(rows: &mut [usize], ubatch_rows: usize, passes: &mut V
         // At least one row each, then more while the ubatch has room for a row of each.
         let each = shortest.min((ubatch_rows / run).max(1));
         left[start..start + run].iter_mut().for_each(|r| *r -= each);
-        passes.push(each * run);
+        passes.push(Pass { rows: each * run, per_sequence: each });
     }
 }
 
@@ -52,7 +59,7 @@ mod tests {
         let mut left = rows.to_vec();
         passes_into(&mut left, ubatch_rows, &mut out);
         assert!(left.iter().all(|&r| r == 0), "every row is in a pass");
-        out
+        out.iter().map(|pass| pass.rows).collect()
     }
 
     #[test]

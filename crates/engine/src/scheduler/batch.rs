@@ -43,7 +43,7 @@ pub(super) struct StepBatch {
     /// Rows one pass over the weights computes, and buffers to lay a batch out in passes.
     ubatch_rows: usize,
     rows_per_slot: Vec<usize>,
-    passes: Vec<usize>,
+    passes: Vec<ubatch_passes::Pass>,
 }
 
 impl StepBatch {

@@ -14,6 +14,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::draft_lengths::PassRules;
 use crate::forecast::{Forecaster, SlotLoad};
 use crate::model_drafts::ModelDrafts;
 use crate::ngram_pool::NgramPool;
@@ -285,7 +286,9 @@ impl<E: Executor> Scheduler<E> {
         let budget = self.batch.draft_budget(&self.slots);
         let ctx_limit = self.executor.ctx_per_sequence();
         let prices = self.forecaster.row_costs();
-        let step = DraftStep { prices, ctx_limit, budget, ubatch_rows: self.batch.ubatch_rows(), lookups };
+        let rules =
+            PassRules { ubatch_rows: self.batch.ubatch_rows(), attention_tile: self.executor.attention_tile_rows() };
+        let step = DraftStep { prices, ctx_limit, budget, rules, lookups };
         match self.model_drafts.as_mut().filter(|_| lookups) {
             Some(drafts) => drafts.propose(&mut self.slots, &mut self.executor, step),
             // Without lookups this still lays out the tokens constraints forced.
