@@ -107,6 +107,17 @@ pub(crate) fn choose(
     }
 }
 
+/// The lengths of a layout's drafts (not its forced runs): what the budget bounds, and what
+/// a draft model's passes follow.
+fn drafted<'a>(options: &'a [Option<DraftOption>], lengths: &'a [usize]) -> impl Iterator<Item = usize> + 'a {
+    options.iter().zip(lengths).filter(|(o, _)| o.is_some_and(|o| !o.forced)).map(|(_, &k)| k)
+}
+
+/// Drafted (not forced) rows in a layout.
+pub(crate) fn drafted_rows(options: &[Option<DraftOption>], lengths: &[usize]) -> usize {
+    drafted(options, lengths).sum()
+}
+
 /// Prices layouts; buffers reused across them.
 struct Search<'a> {
     base: &'a [usize],
@@ -147,7 +158,7 @@ impl<'a> Search<'a> {
 
     /// Drafted (not forced) tokens in a layout: what the draft budget bounds.
     fn drafted(&self, lengths: &[usize]) -> usize {
-        self.options.iter().zip(lengths).filter(|(o, _)| o.is_some_and(|o| !o.forced)).map(|(_, k)| k).sum()
+        drafted_rows(self.options, lengths)
     }
 
     /// The rate, discounted by `MIN_GAIN` where the layout feeds drafts.
@@ -175,9 +186,11 @@ impl<'a> Search<'a> {
         self.rows.clear();
         self.rows.extend(self.base.iter().zip(lengths).map(|(b, k)| b + k));
         passes_into(&mut self.rows, self.rules.ubatch_rows, &mut self.passes);
-        let deepest =
-            self.options.iter().zip(lengths).filter(|(o, _)| o.is_some_and(|o| !o.forced)).map(|(_, &k)| k).max();
-        let making = self.draft_pass_ms * deepest.unwrap_or(0) as f64;
+        let making = if self.draft_pass_ms > 0.0 {
+            self.draft_pass_ms * drafted(self.options, lengths).max().unwrap_or(0) as f64
+        } else {
+            0.0
+        };
         let ms: f64 = making + self.passes.iter().map(|&pass| self.pass_ms(pass)).sum::<f64>();
         let kept: f64 = self.expected.iter().zip(lengths).map(|(e, &k)| e[k]).sum();
         (self.base.iter().sum::<usize>() as f64 + kept) / ms.max(1e-3)

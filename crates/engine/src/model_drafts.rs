@@ -101,9 +101,7 @@ impl ModelDrafts {
             options.push(priced.then(|| DraftOption::drafted(room, seq.acceptance.current())));
         }
         draft_lengths::choose(base, options, prices, budget, rules, pass_ms, &mut self.lengths);
-        let mut left = budget.saturating_sub(
-            options.iter().zip(&self.lengths).filter(|(o, _)| o.is_some_and(|o| !o.forced)).map(|(_, k)| k).sum(),
-        );
+        let mut left = budget.saturating_sub(draft_lengths::drafted_rows(options, &self.lengths));
         let mut plans = Vec::new();
         for (slot, seq) in slots.iter_mut().enumerate() {
             let Some(seq) = seq else { continue };

@@ -161,6 +161,9 @@ pub(crate) fn lookup_draft(history: &[TokenId], max: usize, draft: &mut Vec<Toke
     source
 }
 
+/// Where the tokens after the latest earlier occurrence of `history`'s last `n` tokens
+/// begin. The latest is most like what comes next (code being repeated, the current
+/// paragraph of a quoted text).
 fn latest_earlier(history: &[TokenId], n: usize) -> Option<usize> {
     let len = history.len();
     if n == 0 || len <= n {
