@@ -5,31 +5,44 @@
 # most; llama-server also with its n-gram speculation (--spec-type ngram-mod); the same
 # prompts without a constraint on rillm for its own baseline. One server at a
 # time, the same `rillm bench`; `rillm bench compare` prints the ratios.
+# WORKLOAD=extract sends instead 32 order confirmations (~210-token prompts) to be extracted
+# under one schema (scripts/extraction-prompts.py), the first request of each run kept out
+# of the figures (it compiles the schema).
 #
-#   LLAMA_SERVER=/path/to/llama-server scripts/compare-structured.sh [OUT_DIR]
+#   LLAMA_SERVER=/path/to/llama-server [WORKLOAD=extract] scripts/compare-structured.sh [OUT_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-/tmp/rillm-structured}
 SLOTS=${SLOTS:-8}
 . scripts/compare-common.sh
 mkdir -p "$OUT"
-SCHEMAS=crates/bench/schemas
 URL="http://127.0.0.1:$PORT/v1/chat/completions"
+WARMUP=()
 
-# The prompts, one per schema in file-name order: the order constraints are assigned in.
-PROMPTS="$OUT/prompts.jsonl"
-python3 - "$SCHEMAS" > "$PROMPTS" <<'PY'
+case ${WORKLOAD:-schemas} in
+  schemas)
+    SCHEMAS=crates/bench/schemas
+    # The prompts, one per schema in file-name order: the order constraints are assigned in.
+    PROMPTS="$OUT/prompts.jsonl"
+    python3 - "$SCHEMAS" > "$PROMPTS" <<'PY'
 import json, pathlib, sys
 for path in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
     schema = json.loads(path.read_text())
     ask = (schema.get("description") or schema.get("title") or path.stem) + " Reply with a JSON object only."
     print(json.dumps({"prompt": ask, "max_tokens": 300}))
 PY
+    ;;
+  extract)
+    python3 scripts/extraction-prompts.py "$OUT"
+    SCHEMAS="$OUT/extract-schema" PROMPTS="$OUT/extract.jsonl" WARMUP=(--warmup 1)
+    ;;
+  *) echo "WORKLOAD must be schemas or extract" >&2; exit 2 ;;
+esac
 
 bench() { # name concurrency [extra args...]
   local name=$1 c=$2; shift 2
   "$BENCH" bench --url "$URL" --dataset "$PROMPTS" --concurrency "$c" --requests 32 --max-tokens 300 \
-    --temperature 0 --output "$OUT/$name-c$c.json" "$@" > "$OUT/$name-c$c.txt"
+    --temperature 0 "${WARMUP[@]}" --output "$OUT/$name-c$c.json" "$@" > "$OUT/$name-c$c.txt"
 }
 constrained=(--response-format json_schema --schemas "$SCHEMAS")
 
