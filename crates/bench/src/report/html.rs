@@ -153,6 +153,7 @@ fn level_section(body: &mut String, r: &BenchResult, is_knee: bool) {
     if let Some(s) = &r.structured_outputs {
         let valid = format!("{} of {} ({} %)", s.valid, s.finished, num(s.valid_pct_of_finished, 1));
         card(body, "valid outputs (finished)", &valid, s.valid < s.finished);
+        card(body, "valid outputs a second", &num(r.valid_outputs_per_s(), 3), false);
         card(body, "cut by max_tokens", &s.cut_by_length.to_string(), s.cut_by_length > 0);
     }
     if let Some(c) = &r.tool_calls {

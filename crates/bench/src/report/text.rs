@@ -69,10 +69,11 @@ pub fn summary(levels: &[BenchResult]) -> String {
         if let Some(s) = &r.structured_outputs {
             let _ = writeln!(
                 out,
-                "  structured outputs: {} of {} finished outputs valid ({}), {} parse; {} cut by max_tokens, {} completed in all",
+                "  structured outputs: {} of {} finished outputs valid ({}, {:.3} a second), {} parse; {} cut by max_tokens, {} completed in all",
                 s.valid,
                 s.finished,
                 opt(s.valid_pct_of_finished, " %"),
+                r.valid_outputs_per_s().unwrap_or_default(),
                 s.parsed,
                 s.cut_by_length,
                 s.checked

@@ -324,6 +324,16 @@ pub struct BenchResult {
     pub workload_notes: Vec<String>,
 }
 
+impl BenchResult {
+    /// Valid structured outputs a second over the level: what a client that wants objects
+    /// (an extraction pipeline) waits for, where output tokens a second also reward longer
+    /// layouts and replies the model runs to the cap. Derived, so older results have it.
+    pub fn valid_outputs_per_s(&self) -> Option<f64> {
+        let s = self.structured_outputs?;
+        (self.duration_s > 0.0).then(|| s.valid as f64 / self.duration_s)
+    }
+}
+
 pub struct RunFacts {
     pub url: String,
     pub urls: Vec<String>,

@@ -90,3 +90,24 @@ fn all_answers_to_a_prompt_are_timed_from_its_first_send_to_its_last_end() {
     assert_eq!((d.count, d.max), (5, 210.0 - 10.0));
     assert_eq!(all_answers(&records, AnswersPerPrompt::default()), None, "one answer a prompt: E2E says it");
 }
+
+#[test]
+fn valid_structured_outputs_are_counted_a_second() {
+    use crate::workload::structured::OutputCheck;
+    let valid = OutputCheck { parses: true, valid: true };
+    let checked = |check, finish: &str, mut r: RequestRecord| {
+        r.output_check = Some(check);
+        r.finish_reason = Some(finish.into());
+        r
+    };
+    let records = vec![
+        checked(valid, "stop", completed(0.0, 0.0, 100.0, 1000.0, 10)),
+        checked(OutputCheck { parses: true, valid: false }, "stop", completed(500.0, 0.0, 100.0, 1000.0, 10)),
+        checked(valid, "length", completed(1000.0, 0.0, 100.0, 1000.0, 10)), // cut: not counted
+        checked(valid, "stop", completed(1500.0, 0.0, 100.0, 500.0, 10)),
+    ];
+    let r = level(2.0, 250.0, records);
+    assert_eq!(r.duration_s, 2.0);
+    assert_eq!(r.valid_outputs_per_s(), Some(1.0), "two valid finished outputs in two seconds");
+    assert_eq!(level(2.0, 250.0, vec![completed(0.0, 0.0, 1.0, 2.0, 1)]).valid_outputs_per_s(), None, "no constraint");
+}
