@@ -230,6 +230,18 @@ impl ResponseMeta {
         self.usage != StreamUsage::Off
     }
 
+    /// What ends an OpenAI stream: the usage chunk when the client asked for it (no
+    /// choices, the whole request's usage), then `[DONE]`.
+    pub fn closing_events(&self, object: &str, usage: &Usage) -> Vec<Event> {
+        let mut events = Vec::with_capacity(2);
+        if self.include_usage() {
+            let usage = json!({"choices": [], "usage": usage_json(usage)});
+            events.push(json_event(&self.object(object, usage)));
+        }
+        events.push(Event::default().data("[DONE]"));
+        events
+    }
+
     /// `{"id", "object", "created", "model"}` followed by `fields`' own keys.
     pub fn object(&self, object: &str, fields: Value) -> Value {
         let mut v = json!({"id": self.id, "object": object, "created": self.created, "model": self.model});

@@ -412,12 +412,6 @@ impl StreamFormat for ChatFormat {
     }
 
     fn end(&mut self, usage: &Usage) -> Vec<Event> {
-        let mut events = Vec::with_capacity(2);
-        if self.meta.include_usage() {
-            let usage = json!({"choices": [], "usage": usage_json(usage)});
-            events.push(json_event(&self.meta.object("chat.completion.chunk", usage)));
-        }
-        events.push(Event::default().data("[DONE]"));
-        events
+        self.meta.closing_events("chat.completion.chunk", usage)
     }
 }

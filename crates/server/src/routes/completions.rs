@@ -267,12 +267,6 @@ impl StreamFormat for CompletionFormat {
     }
 
     fn end(&mut self, usage: &Usage) -> Vec<Event> {
-        let mut events = Vec::with_capacity(2);
-        if self.meta.include_usage() {
-            let usage = json!({"choices": [], "usage": usage_json(usage)});
-            events.push(json_event(&self.meta.object("text_completion", usage)));
-        }
-        events.push(Event::default().data("[DONE]"));
-        events
+        self.meta.closing_events("text_completion", usage)
     }
 }
