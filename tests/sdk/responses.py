@@ -127,6 +127,30 @@ def conversation_state(client: openai.OpenAI, model: str) -> None:
     print("conversation:", call.arguments, "->", repr(answered.output_text[:50]))
 
 
+def background(client: openai.OpenAI, model: str) -> None:
+    """OpenAI's background mode as its docs poll it: created in progress, retrieved until it
+    ends; a long one cancelled is kept as cancelled."""
+    import time
+
+    started = client.responses.create(model=model, input="Name three colours.", background=True, temperature=0,
+                                      max_output_tokens=30)
+    assert started.background and started.status in ("queued", "in_progress"), started
+    deadline = time.monotonic() + 60
+    response = started
+    while response.status in ("queued", "in_progress"):
+        assert time.monotonic() < deadline, response
+        time.sleep(0.1)
+        response = client.responses.retrieve(started.id)
+    assert response.status in ("completed", "incomplete") and response.output_text.strip(), response
+
+    long = client.responses.create(model=model, input="Write a long story.", background=True, max_output_tokens=900,
+                                   extra_body={"ignore_eos": True})
+    cancelled = client.responses.cancel(long.id)
+    assert cancelled.id == long.id and cancelled.status == "cancelled", cancelled
+    assert client.responses.retrieve(long.id).status == "cancelled"
+    print("background:", repr(response.output_text[:40]), "; cancelled:", cancelled.status)
+
+
 def logprobs(client: openai.OpenAI, model: str) -> None:
     """`include` with `top_logprobs`: an entry per token, its alternatives, spelling the text."""
     r = client.responses.create(model=model, input="Say hello.", include=["message.output_text.logprobs"],
@@ -198,6 +222,7 @@ def main(base: str) -> None:
     structured(client, model)
     tools(client, model)
     conversation_state(client, model)
+    background(client, model)
     logprobs(client, model)
     refusals(client, model)
     asyncio.run(agent_run(base, model))

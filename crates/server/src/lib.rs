@@ -103,6 +103,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/chat/completions", post(routes::chat::chat_completions))
         .route("/v1/responses", post(routes::responses::create_response))
         .route("/v1/responses/{id}", get(routes::responses::retrieve).delete(routes::responses::delete))
+        .route("/v1/responses/{id}/cancel", post(routes::responses::cancel))
         .route("/v1/models", get(routes::info::models))
         .route("/tokenize", post(routes::tokenize::tokenize))
         .route("/detokenize", post(routes::tokenize::detokenize))

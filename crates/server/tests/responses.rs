@@ -1,8 +1,11 @@
 //! The Responses API's kept responses, on the real model over loopback: a conversation goes
 //! on from `previous_response_id` (its prefix reused from the prefix cache), a kept response
-//! is retrieved and deleted, and what is not kept cannot be referred to.
+//! is retrieved and deleted, what is not kept cannot be referred to, and a background
+//! response is polled until it ends, or cancelled (and stops in the engine).
 
 mod support;
+
+use std::time::{Duration, Instant};
 
 use rillm_server::ServerConfig;
 use serde_json::{json, Value};
@@ -81,4 +84,96 @@ async fn what_is_not_kept_cannot_be_referred_to() {
     let refused = storeless.post("/v1/responses", json!({"input": "Hi", "previous_response_id": answered["id"]})).await;
     assert_eq!(refused.status(), 400);
     assert_eq!(refused.json::<Value>().await.unwrap()["error"]["param"], "previous_response_id");
+}
+
+const RUNNING: &str = "vllm:num_requests_running";
+
+/// `GET` until the response has ended (at most a minute).
+async fn poll(server: &TestServer, id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let response: Value = get(server, id).await.json().await.unwrap();
+        if response["status"] != "in_progress" {
+            return response;
+        }
+        assert!(Instant::now() < deadline, "still in progress after a minute: {response}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn cancel(server: &TestServer, id: &str) -> reqwest::Response {
+    server.client.post(server.url(&format!("/v1/responses/{id}/cancel"))).send().await.unwrap()
+}
+
+fn output_text(response: &Value) -> String {
+    let content = response["output"][0]["content"].as_array().cloned().unwrap_or_default();
+    content.iter().filter_map(|part| part["text"].as_str()).collect()
+}
+
+#[tokio::test]
+async fn a_background_response_is_polled_until_it_ends_and_can_be_gone_on_from() {
+    let server = TestServer::start(Options { ctx: 1024, ..Options::default() }).await;
+    let ask = json!({"input": "Name three colours.", "background": true, "max_output_tokens": 16, "temperature": 0});
+    let started = create(&server, ask).await;
+    assert_eq!((started["status"].as_str(), started["background"].as_bool()), (Some("in_progress"), Some(true)));
+    assert_eq!(started["output"], json!([]), "answered before anything is generated");
+    let id = started["id"].as_str().unwrap();
+    let ended = poll(&server, id).await;
+    assert!(matches!(ended["status"].as_str(), Some("completed" | "incomplete")), "{ended}");
+    assert_eq!((ended["id"].as_str(), ended["background"].as_bool()), (Some(id), Some(true)));
+    assert!(!output_text(&ended).trim().is_empty(), "{ended}");
+    assert!(ended["usage"]["output_tokens"].as_u64().unwrap() > 0, "{ended}");
+    let next = create(&server, json!({"input": "One more?", "previous_response_id": id, "max_output_tokens": 4})).await;
+    assert!(next["usage"]["input_tokens_details"]["cached_tokens"].as_u64().unwrap() > 0, "{next}");
+    let ended_twice = cancel(&server, id).await;
+    assert_eq!(ended_twice.status(), 400);
+    let error = &ended_twice.json::<Value>().await.unwrap()["error"];
+    assert_eq!(error["param"], "response_id");
+    assert!(error["message"].as_str().unwrap().contains("already"), "{error}");
+
+    // What cannot run in the background says which field.
+    for (body, param) in [
+        (json!({"input": "Hi", "background": true, "stream": true}), "background"),
+        (json!({"input": "Hi", "background": true, "store": false}), "background"),
+    ] {
+        let refused = server.post("/v1/responses", body).await;
+        assert_eq!(refused.status(), 400);
+        assert_eq!(refused.json::<Value>().await.unwrap()["error"]["param"], param);
+    }
+    let foreground = create(&server, json!({"input": "Hi", "max_output_tokens": 2})).await;
+    let synchronous = cancel(&server, foreground["id"].as_str().unwrap()).await;
+    assert_eq!(synchronous.status(), 400);
+    assert_eq!(synchronous.json::<Value>().await.unwrap()["error"]["message"], "Cannot cancel a synchronous response.");
+    assert_eq!(cancel(&server, "resp_unknown").await.status(), 404);
+}
+
+#[tokio::test]
+async fn cancelling_or_deleting_a_background_response_stops_it_in_the_engine() {
+    let server = TestServer::start(Options { ctx: 2048, ..Options::default() }).await;
+    // Running for many seconds unless stopped: 1,800 tokens, end of text ignored.
+    let long = json!({"input": "Write a long story about a ship.", "background": true,
+        "max_output_tokens": 1800, "ignore_eos": true});
+    let started = create(&server, long.clone()).await;
+    let id = started["id"].as_str().unwrap();
+    server.wait_metric(RUNNING, Duration::from_secs(30), |running| running == 1.0).await;
+    let cancelled = cancel(&server, id).await;
+    assert_eq!(cancelled.status(), 200);
+    let cancelled: Value = cancelled.json().await.unwrap();
+    assert_eq!((cancelled["id"].as_str(), cancelled["status"].as_str()), (Some(id), Some("cancelled")));
+    server.wait_metric(RUNNING, Duration::from_secs(5), |running| running == 0.0).await;
+    assert_eq!(get(&server, id).await.json::<Value>().await.unwrap()["status"], "cancelled", "kept as cancelled");
+    let again = cancel(&server, id).await;
+    assert_eq!(again.status(), 400);
+    let refused = server.post("/v1/responses", json!({"input": "Go on.", "previous_response_id": id})).await;
+    assert_eq!(refused.status(), 400);
+    let error = &refused.json::<Value>().await.unwrap()["error"];
+    assert_eq!(error["param"], "previous_response_id");
+    assert!(error["message"].as_str().unwrap().contains("cancelled"), "{error}");
+
+    let deleted_id = create(&server, long).await["id"].as_str().unwrap().to_string();
+    server.wait_metric(RUNNING, Duration::from_secs(30), |running| running == 1.0).await;
+    let deleted = server.client.delete(server.url(&format!("/v1/responses/{deleted_id}"))).send().await.unwrap();
+    assert_eq!(deleted.status(), 200);
+    server.wait_metric(RUNNING, Duration::from_secs(5), |running| running == 0.0).await;
+    assert_eq!(get(&server, &deleted_id).await.status(), 404);
 }

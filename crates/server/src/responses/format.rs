@@ -31,6 +31,8 @@ pub struct Echo {
     pub previous_response_id: Option<String>,
     /// Whether the response will be kept (`store`, and a store to keep it in).
     pub store: bool,
+    /// Generated apart from the request that asked (`background`), to be polled.
+    pub background: bool,
 }
 
 /// Where a finished response is kept, with the conversation it answers (without its
@@ -38,6 +40,9 @@ pub struct Echo {
 pub struct Keep {
     pub store: Arc<ResponseStore>,
     pub conversation: Vec<HistoryMessage>,
+    /// A background response, held in the store while it runs: whatever way it ends is
+    /// kept, in its place (unless a cancel came first).
+    pub background: bool,
 }
 
 pub struct ResponsesFormat {
@@ -95,13 +100,26 @@ impl ResponsesFormat {
     }
 
     /// Keeps a finished response (cut short too, as OpenAI does), its reply added to the
-    /// conversation as the assistant's turn.
+    /// conversation as the assistant's turn; a background one also when it failed, for its
+    /// poller to see why.
     fn keep(&mut self, response: &Value) {
-        let Some(Keep { store, mut conversation }) = self.keep.take() else { return };
-        if matches!(self.status(), "completed" | "incomplete") {
+        let Some(Keep { store, mut conversation, background }) = self.keep.take() else { return };
+        let finished = matches!(self.status(), "completed" | "incomplete");
+        if finished {
             conversation.push(reply_message(self.items.items()));
+        }
+        let conversation = finished.then_some(conversation);
+        if background {
+            store.finish(&self.id, response.clone(), conversation);
+        } else if conversation.is_some() {
             store.insert(self.id.clone(), response.clone(), conversation);
         }
+    }
+
+    /// The response as a background request answers at once, and as `GET` shows it until it
+    /// ends.
+    pub fn in_progress(&self) -> Value {
+        self.object("in_progress", None)
     }
 
     /// `completed`, or why not.
@@ -128,7 +146,7 @@ impl ResponsesFormat {
             "object": "response",
             "created_at": self.created_at,
             "status": status,
-            "background": false,
+            "background": echo.background,
             "error": error,
             "incomplete_details": incomplete,
             "instructions": echo.instructions,

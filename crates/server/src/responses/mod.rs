@@ -2,8 +2,8 @@
 //! `openai` SDK code's: a request is read into the chat path's own pieces (`input`: the
 //! history, tools and `text.format`), generated as a chat request is, and its reply written
 //! as output items (`output`) and the events that stream them (`format`). Finished
-//! responses are kept in memory (`store`) for `previous_response_id` and retrieval;
-//! background responses and the Conversations API are not served.
+//! responses are kept in memory (`store`) for `previous_response_id` and retrieval, and
+//! background ones there while they run; the Conversations API is not served.
 
 mod format;
 mod input;
@@ -12,4 +12,4 @@ mod store;
 
 pub use format::{Echo, Keep, ResponsesFormat};
 pub use input::{conversation, text_format, tools, with_instructions};
-pub use store::ResponseStore;
+pub use store::{NotCancelled, ResponseStore};

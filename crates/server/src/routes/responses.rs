@@ -11,12 +11,13 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::admission::admit;
+use crate::admission::{admit, Admitted};
 use crate::error::ApiError;
 use crate::json::JsonBody;
 use crate::logprobs::{TokenNames, MAX_TOP_LOGPROBS};
 use crate::openai::{respond, GenerationParams, SamplingFields, StopFields};
-use crate::responses::{self, Echo, Keep, ResponsesFormat};
+use crate::responses::{self, Echo, Keep, NotCancelled, ResponsesFormat};
+use crate::sse::collect;
 use crate::state::AppState;
 use crate::structured::{constrain, refuse_beside_tools, refuse_unknown_fields};
 use crate::tools::{self, HistoryMessage, ToolCallParser};
@@ -115,15 +116,49 @@ pub async fn create_response(
         metadata: body.metadata.unwrap_or_else(|| json!({})),
         previous_response_id: body.previous_response_id,
         store: body.store != Some(false) && state.responses.enabled(),
+        background: body.background == Some(true),
     };
-    let keep = echo.store.then(|| Keep { store: state.responses.clone(), conversation });
+    if echo.background && !echo.store {
+        return Err(ApiError::invalid("background", background_unkept(state.responses.enabled())));
+    }
+    let background = echo.background;
+    let keep = echo.store.then(|| Keep { store: state.responses.clone(), conversation, background });
     let admitted = admit(&state, "responses", fields, request, received).await?;
     // Random, not the engine's request number: a kept id must not recur after a restart.
     let unique = format!("{:032x}", rand::random::<u128>());
     let parser = tool_request.map(|_| ToolCallParser::new(format!("call_{unique}_"), dialect.format));
     let names = logprobs.map(|_| TokenNames::Text);
-    let format = ResponsesFormat::new(format!("resp_{unique}"), state.model_name(), echo, parser, names, keep);
+    let id = format!("resp_{unique}");
+    let format = ResponsesFormat::new(id.clone(), state.model_name(), echo, parser, names, keep);
+    if background {
+        return Ok(Json(run_in_background(&state, id, admitted, format)).into_response());
+    }
     respond(admitted, format, body.stream, |mut format, collected| format.whole(collected)).await
+}
+
+/// Generates the response apart from the request that asked for it, held in the store
+/// while it runs (a client that goes away does not stop it; `cancel` and `DELETE` do), and
+/// answers with it in progress.
+fn run_in_background(state: &AppState, id: String, admitted: Admitted, mut format: ResponsesFormat) -> Value {
+    let response = format.in_progress();
+    let stopped = state.responses.start(id, response.clone());
+    tokio::spawn(async move {
+        tokio::select! {
+            // Keeps the ended response in the store, in the running one's place.
+            collected = collect(admitted) => drop(format.whole(collected)),
+            // Dropping the request's stream cancels it in the engine.
+            _ = stopped => {}
+        }
+    });
+    response
+}
+
+fn background_unkept(store_enabled: bool) -> &'static str {
+    if store_enabled {
+        "a background response is polled from the store: it cannot be `store: false`"
+    } else {
+        "this server keeps no responses (--responses-store-mib 0), so none can run in the background"
+    }
 }
 
 /// The conversation a kept response ended, to go on from.
@@ -134,10 +169,18 @@ fn earlier_conversation(state: &AppState, id: &str) -> Result<Arc<Vec<HistoryMes
             "this server keeps no responses (--responses-store-mib 0); send the whole conversation in `input`",
         ));
     }
-    state.responses.conversation(id).ok_or_else(|| {
-        ApiError::invalid("previous_response_id", format!("Previous response with id '{id}' not found."))
-            .with_code("previous_response_not_found")
-    })
+    if let Some(conversation) = state.responses.conversation(id) {
+        return Ok(conversation);
+    }
+    if let Some(response) = state.responses.response(id) {
+        let status = response["status"].as_str().unwrap_or_default();
+        return Err(ApiError::invalid(
+            "previous_response_id",
+            format!("Previous response with id '{id}' is {status}: only a finished response can be continued."),
+        ));
+    }
+    Err(ApiError::invalid("previous_response_id", format!("Previous response with id '{id}' not found."))
+        .with_code("previous_response_not_found"))
 }
 
 /// `GET /v1/responses/{id}`: a kept response.
@@ -146,7 +189,22 @@ pub async fn retrieve(State(state): State<AppState>, Path(id): Path<String>) -> 
     Ok(Json(response.as_ref()).into_response())
 }
 
-/// `DELETE /v1/responses/{id}`: forget a kept response.
+/// `POST /v1/responses/{id}/cancel`: stop a background response that is still running; it
+/// is kept, `cancelled`. One that ran in the foreground or has ended is a 400, as in vLLM.
+pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    match state.responses.cancel(&id) {
+        Ok(response) => Ok(Json(response.as_ref()).into_response()),
+        Err(NotCancelled::NotFound) => Err(response_not_found(&id)),
+        Err(NotCancelled::Synchronous) => {
+            Err(ApiError::invalid("response_id", "Cannot cancel a synchronous response."))
+        }
+        Err(NotCancelled::Ended(status)) => {
+            Err(ApiError::invalid("response_id", format!("Cannot cancel a response that is already {status}.")))
+        }
+    }
+}
+
+/// `DELETE /v1/responses/{id}`: forget a kept response (a running one is stopped).
 pub async fn delete(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     if !state.responses.delete(&id) {
         return Err(response_not_found(&id));
@@ -158,8 +216,8 @@ fn response_not_found(id: &str) -> ApiError {
     ApiError::not_found_param("response_id", format!("Response with id '{id}' not found."))
 }
 
-/// Fields asking for what rillm does not do (background work, conversations, reasoning,
-/// truncation): each a 400 naming it.
+/// Fields asking for what rillm does not do (conversations, reasoning, truncation, a
+/// streamed background response): each a 400 naming it.
 fn refuse_unserved(body: &ResponsesBody) -> Result<(), ApiError> {
     if body.conversation.as_ref().is_some_and(|v| !v.is_null()) {
         return Err(ApiError::invalid(
@@ -167,10 +225,10 @@ fn refuse_unserved(body: &ResponsesBody) -> Result<(), ApiError> {
             "conversations are not kept; continue one with `previous_response_id` or send it whole in `input`",
         ));
     }
-    if body.background == Some(true) {
+    if body.background == Some(true) && body.stream {
         return Err(ApiError::invalid(
             "background",
-            "background responses are not supported; stream the response instead",
+            "a background response is polled (GET /v1/responses/{id}), not streamed: send `stream: false`",
         ));
     }
     if body.truncation.as_deref().is_some_and(|t| t != "disabled") {
