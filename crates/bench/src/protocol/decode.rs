@@ -225,6 +225,7 @@ impl StreamDecoder {
         match self.protocol {
             Protocol::Generate => generate(event_type, p),
             Protocol::Completions | Protocol::Chat => self.openai(p),
+            // Decoded above, from the raw event: its events are told apart by `type`.
             Protocol::Responses => Chunk::default(),
             Protocol::Sglang => self.sglang(p),
             Protocol::Tgi => tgi(p),
