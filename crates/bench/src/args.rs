@@ -167,7 +167,8 @@ pub struct BenchArgs {
     /// The strings for --response-format choice, comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub choices: Vec<String>,
-    /// Tool workload (chat): an OpenAI `tools` JSON array every request offers. The bench
+    /// Tool workload (chat, or the Responses API in its shapes): an OpenAI chat `tools` JSON
+    /// array every request offers. The bench
     /// plays the tools: a reply with calls gets a result per call and a next round, up to
     /// --max-tool-rounds, before the conversation's next user turn. Every call is checked.
     #[arg(long)]

@@ -15,8 +15,8 @@ impl BenchArgs {
         self.check_load()?;
         self.check_workload()?;
         self.check_shard()?;
-        if self.tools.is_some() && protocol != Protocol::Chat {
-            return Err("--tools needs the chat protocol (/v1/chat/completions)".into());
+        if self.tools.is_some() && !matches!(protocol, Protocol::Chat | Protocol::Responses) {
+            return Err("--tools needs chat (/v1/chat/completions) or the Responses API (/v1/responses)".into());
         }
         Ok(protocol)
     }
@@ -118,7 +118,11 @@ mod tests {
             assert!(error.contains(says), "{rest}: {error}");
         }
         let error = validate("--url http://127.0.0.1:1/v1/completions --tools t.json").expect_err("tools");
-        assert!(error.contains("--tools needs the chat protocol"), "{error}");
+        assert!(error.contains("--tools needs chat"), "{error}");
+        assert!(
+            validate("--url http://127.0.0.1:1/v1/responses --tools t.json").is_ok(),
+            "the Responses API calls tools too"
+        );
         assert!(validate("--rate 1").expect_err("no url").contains("--url"));
     }
 }

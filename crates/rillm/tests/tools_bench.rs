@@ -2,11 +2,34 @@
 //! real model: the shipped tools are offered, the bench plays them (a result per call and
 //! another round), and the result checks every call and counts the rounds.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 mod support;
 
 use support::{bench_result, serial, start_server};
+
+/// The shipped tools offered under `required`, two rounds a turn, greedy.
+fn agent_loop<'a>(url: &'a str, prompts: &'a Path, tools: &'a Path, concurrency: &'a str) -> Vec<&'a str> {
+    let (prompts, tools) = (prompts.to_str().unwrap(), tools.to_str().unwrap());
+    vec![
+        "--url",
+        url,
+        "--dataset",
+        prompts,
+        "--tools",
+        tools,
+        "--tool-choice",
+        "required",
+        "--max-tool-rounds",
+        "2",
+        "--concurrency",
+        concurrency,
+        "--temperature",
+        "0",
+        "--timeout",
+        "300",
+    ]
+}
 
 #[test]
 fn the_bench_plays_the_tools_and_checks_every_call() {
@@ -24,28 +47,8 @@ fn the_bench_plays_the_tools_and_checks_every_call() {
     )
     .unwrap();
     let url = server.url("/v1/chat/completions");
-    let args = [
-        "--url",
-        &url,
-        "--dataset",
-        prompts.to_str().unwrap(),
-        "--tools",
-        tools.to_str().unwrap(),
-        "--tool-choice",
-        "required",
-        "--max-tool-rounds",
-        "2",
-        "--concurrency",
-        "2",
-        "--temperature",
-        "0",
-        "--timeout",
-        "300",
-        "--report",
-        report.to_str().unwrap(),
-        "--save-sessions",
-        saved.to_str().unwrap(),
-    ];
+    let mut args = agent_loop(&url, &prompts, &tools, "2");
+    args.extend(["--report", report.to_str().unwrap(), "--save-sessions", saved.to_str().unwrap()]);
     let result = bench_result(&args, "agents");
     let summary = &result["tool_calls"];
     let n = |k: &str| summary[k].as_u64().unwrap_or_else(|| panic!("{k} in {summary}"));
@@ -107,4 +110,31 @@ fn the_bench_plays_the_tools_and_checks_every_call() {
     assert_eq!(n("replies"), 4, "{summary}");
     assert!(n("calls") >= 2, "the `required` records call: {summary}");
     assert_eq!(n("valid"), n("calls"), "checked against the records' own tool: {summary}");
+}
+
+/// The same agent loop over the Responses API (the OpenAI Agents SDK's default): the tools
+/// go flat, calls come back as output items, and the next round answers them with
+/// `function_call_output` items, which rillm accepts only if each answers a call in the
+/// conversation sent.
+#[test]
+fn the_agent_loop_runs_over_the_responses_api() {
+    let _serial = serial();
+    let server = start_server(4096, &[]);
+    let tools = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/tools/tools.json");
+    let temp = tempfile::tempdir().expect("a temp dir");
+    let prompts = temp.path().join("agents.jsonl");
+    std::fs::write(
+        &prompts,
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"What's the weather in Lisbon?\"}], \"max_tokens\": 120}\n",
+    )
+    .unwrap();
+    let url = server.url("/v1/responses");
+    let result = bench_result(&agent_loop(&url, &prompts, &tools, "1"), "agents-responses");
+    assert_eq!(result["protocol"], "responses");
+    assert_eq!(result["failed"], 0, "every round accepted, the answered calls included: {}", result["limits"]);
+    let summary = &result["tool_calls"];
+    let n = |k: &str| summary[k].as_u64().unwrap_or_else(|| panic!("{k} in {summary}"));
+    assert!(n("calls") >= 1, "a first round calls under `required`: {summary}");
+    assert_eq!(n("valid"), n("calls"), "every call rillm emits is valid: {summary}");
+    assert!(n("later_rounds") >= 1, "a reply to the calls' outputs was asked for: {summary}");
 }

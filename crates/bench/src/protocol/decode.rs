@@ -11,62 +11,9 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::chunk::{error_message, n, some_usage, Chunk, PromptDetails, UsageInfo};
+use super::responses::ResponsesDecoder;
 use super::Protocol;
-
-/// What a server's usage report said; each count only where it said it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct UsageInfo {
-    pub completion_tokens: Option<u32>,
-    pub prompt_tokens: Option<u32>,
-    /// Prompt tokens the server reused from its cache.
-    pub cached_tokens: Option<u32>,
-}
-
-impl UsageInfo {
-    pub fn completion(n: u32) -> Self {
-        Self { completion_tokens: Some(n), ..Self::default() }
-    }
-
-    fn is_empty(&self) -> bool {
-        *self == Self::default()
-    }
-}
-
-/// What one SSE event carried.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Chunk {
-    /// Answer text new in this event.
-    pub text: String,
-    /// Reasoning text new in this event (`reasoning_content` / `reasoning` deltas).
-    pub reasoning: String,
-    /// Output tokens this event carries, where the protocol says.
-    pub tokens: Option<u32>,
-    pub usage: Option<UsageInfo>,
-    /// The server said the generation is over (finish reason, `stop: true`, `generated_text`).
-    pub finished: bool,
-    /// Why, where the server said: `length` when `max_tokens` cut it (llama.cpp's `limit`
-    /// included), else its own word (`stop`, `eos`, ...).
-    pub finish_reason: Option<String>,
-    /// The stream's own end marker: nothing of interest follows.
-    pub end: bool,
-    pub error: Option<String>,
-    /// Pieces of tool calls (`delta.tool_calls`, chat).
-    pub tool_calls: Vec<crate::workload::tools::ToolCallDelta>,
-}
-
-impl Chunk {
-    /// Model output arrived: it counts for TTFT and the gaps between events.
-    pub fn is_content(&self) -> bool {
-        !self.text.is_empty()
-            || !self.reasoning.is_empty()
-            || self.tokens.is_some_and(|t| t > 0)
-            || !self.tool_calls.is_empty()
-    }
-
-    fn end() -> Self {
-        Self { finished: true, end: true, ..Self::default() }
-    }
-}
 
 #[derive(Deserialize)]
 struct Payload<'a> {
@@ -146,11 +93,6 @@ struct UsagePayload {
 }
 
 #[derive(Deserialize)]
-struct PromptDetails {
-    cached_tokens: Option<u64>,
-}
-
-#[derive(Deserialize)]
 struct MetaInfo {
     completion_tokens: Option<u64>,
     prompt_tokens: Option<u64>,
@@ -169,22 +111,10 @@ struct Timings {
     cache_n: Option<u64>,
 }
 
-fn n(x: Option<u64>) -> Option<u32> {
-    x.map(|x| x.min(u64::from(u32::MAX)) as u32)
-}
-
 /// A finish reason in one vocabulary: `length` for a cut by the token limit.
 fn reason(value: Option<&Value>) -> Option<String> {
     let word = value?.as_str()?;
     Some(if word == "limit" { "length".into() } else { word.to_string() })
-}
-
-fn some_usage(usage: UsageInfo) -> Option<UsageInfo> {
-    (!usage.is_empty()).then_some(usage)
-}
-
-fn error_message(e: &Value) -> String {
-    e["message"].as_str().or(e.as_str()).map_or_else(|| e.to_string(), str::to_string)
 }
 
 /// Decodes one request's stream, event by event.
@@ -194,11 +124,13 @@ pub struct StreamDecoder {
     /// protocols with per-chunk usage: the tokens counted so far.
     seen_text: String,
     seen_tokens: u32,
+    /// The Responses API's calls so far.
+    responses: ResponsesDecoder,
 }
 
 impl StreamDecoder {
     pub fn new(protocol: Protocol) -> Self {
-        Self { protocol, seen_text: String::new(), seen_tokens: 0 }
+        Self { protocol, seen_text: String::new(), seen_tokens: 0, responses: ResponsesDecoder::default() }
     }
 
     /// Never panics on garbage: data that is not JSON is ignored.
@@ -214,7 +146,7 @@ impl StreamDecoder {
             return Chunk::end();
         }
         if self.protocol == Protocol::Responses {
-            return responses(data);
+            return self.responses.decode(data);
         }
         let Ok(p) = serde_json::from_str::<Payload>(data) else {
             return Chunk::default();
@@ -308,78 +240,6 @@ impl StreamDecoder {
     }
 }
 
-/// One event of the Responses API's stream, told by its `type`.
-#[derive(Deserialize)]
-struct ResponsesEvent<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: Cow<'a, str>,
-    #[serde(borrow, default)]
-    delta: Option<Cow<'a, str>>,
-    /// The whole response, on the events that end the stream.
-    #[serde(default)]
-    response: Option<ResponseState>,
-}
-
-#[derive(Deserialize, Default)]
-struct ResponseState {
-    #[serde(default)]
-    status: Option<String>,
-    #[serde(default)]
-    incomplete_details: Option<Value>,
-    #[serde(default)]
-    usage: Option<ResponsesUsage>,
-    #[serde(default)]
-    error: Option<Value>,
-}
-
-#[derive(Deserialize)]
-struct ResponsesUsage {
-    input_tokens: Option<u64>,
-    output_tokens: Option<u64>,
-    input_tokens_details: Option<PromptDetails>,
-}
-
-/// Text and reasoning deltas; the end, with usage and why, from `response.completed` (vLLM
-/// ends every finished stream so, its status saying whether `max_output_tokens` cut it) or
-/// OpenAI's `response.incomplete` / `response.failed`. Structural events carry nothing.
-fn responses(data: &str) -> Chunk {
-    let Ok(event) = serde_json::from_str::<ResponsesEvent>(data) else { return Chunk::default() };
-    let delta = || event.delta.as_deref().unwrap_or_default().to_string();
-    match event.kind.as_ref() {
-        "response.output_text.delta" => Chunk { text: delta(), ..Chunk::default() },
-        "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
-            Chunk { reasoning: delta(), ..Chunk::default() }
-        }
-        "response.completed" | "response.incomplete" | "response.failed" => {
-            let state = event.response.unwrap_or_default();
-            if let Some(error) = state.error.as_ref().filter(|e| !e.is_null()) {
-                return Chunk { error: Some(error_message(error)), ..Chunk::default() };
-            }
-            let cut = state.incomplete_details.as_ref().and_then(|d| d["reason"].as_str()).map(|reason| {
-                if reason == "max_output_tokens" {
-                    "length".to_string()
-                } else {
-                    reason.to_string()
-                }
-            });
-            let finish_reason = match state.status.as_deref() {
-                Some("incomplete") => cut.or(Some("length".into())),
-                Some("completed") => Some("stop".into()),
-                other => other.map(str::to_string),
-            };
-            let usage = state.usage.and_then(|u| {
-                some_usage(UsageInfo {
-                    completion_tokens: n(u.output_tokens),
-                    prompt_tokens: n(u.input_tokens),
-                    cached_tokens: n(u.input_tokens_details.and_then(|d| d.cached_tokens)),
-                })
-            });
-            Chunk { usage, finish_reason, ..Chunk::end() }
-        }
-        _ => Chunk::default(),
-    }
-}
-
 fn tgi(p: Payload) -> Chunk {
     let mut chunk = Chunk::default();
     if let Some(token) = &p.token {
@@ -438,6 +298,8 @@ mod tests {
         );
         assert_eq!(one(g, "error", r#"{"error":{"message":"boom"}}"#).error.as_deref(), Some("boom"));
         assert_eq!(one(g, "error", "not json at all").error.as_deref(), Some("not json at all"));
+        let responses_error = one(Protocol::Responses, "error", r#"{"type":"error","message":"bad"}"#);
+        assert_eq!(responses_error.error.as_deref(), Some("bad"));
         let c = Protocol::Completions;
         assert_eq!(one(c, "message", r#"{"choices":[{"text":" a"}]}"#), text(" a"));
         assert_eq!(
@@ -550,32 +412,6 @@ mod tests {
         );
         let limit = one(l, "", r#"{"content":"","stop":true,"stop_type":"limit","tokens_predicted":8}"#);
         assert_eq!(limit.finish_reason.as_deref(), Some("length"), "llama.cpp's limit is a cut by n_predict");
-    }
-
-    #[test]
-    fn responses_deltas_and_the_end_with_usage_and_why() {
-        let r = Protocol::Responses;
-        let created =
-            r#"{"type":"response.created","sequence_number":0,"response":{"status":"in_progress","usage":null}}"#;
-        assert_eq!(one(r, "response.created", created), Chunk::default(), "structural events carry nothing");
-        let delta = r#"{"type":"response.output_text.delta","item_id":"m","output_index":0,"content_index":0,"delta":" Hi","sequence_number":4}"#;
-        assert_eq!(one(r, "response.output_text.delta", delta), text(" Hi"));
-        let done = r#"{"type":"response.output_text.done","text":" Hi","sequence_number":5}"#;
-        assert_eq!(one(r, "response.output_text.done", done), Chunk::default(), "the whole text again is not new");
-        let cut = r#"{"type":"response.completed","response":{"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},
-            "usage":{"input_tokens":9,"input_tokens_details":{"cached_tokens":4},"output_tokens":3,"total_tokens":12},"error":null}}"#;
-        let end = one(r, "response.completed", cut);
-        assert!(end.finished && end.end);
-        assert_eq!(end.finish_reason.as_deref(), Some("length"));
-        assert_eq!(
-            end.usage,
-            Some(UsageInfo { completion_tokens: Some(3), prompt_tokens: Some(9), cached_tokens: Some(4) })
-        );
-        let whole = r#"{"type":"response.completed","response":{"status":"completed","usage":{"output_tokens":7}}}"#;
-        assert_eq!(one(r, "", whole).finish_reason.as_deref(), Some("stop"));
-        let failed = r#"{"type":"response.failed","response":{"status":"failed","error":{"code":"server_error","message":"boom"}}}"#;
-        assert_eq!(one(r, "response.failed", failed).error.as_deref(), Some("boom"));
-        assert_eq!(one(r, "error", r#"{"type":"error","message":"bad"}"#).error.as_deref(), Some("bad"));
     }
 
     #[test]

@@ -1,9 +1,12 @@
 //! The wire protocols the benchmark speaks: how to ask each engine for a stream (here),
 //! and what each of its SSE events means (`decode`). Formats follow each engine's source.
 
+mod chunk;
 mod decode;
+mod responses;
 
-pub use decode::{Chunk, StreamDecoder, UsageInfo};
+pub use chunk::{Chunk, UsageInfo};
+pub use decode::StreamDecoder;
 use serde_json::{json, Value};
 
 use crate::workload::structured::{OutputConstraint, ResponseFormat};
@@ -143,7 +146,9 @@ pub fn request_body(protocol: Protocol, spec: &RequestSpec, opts: &BodyOptions) 
             "stream_options": {"include_usage": true},
         }),
         // Usage comes in the last event without asking.
-        Protocol::Responses => json!({"input": spec.prompt.as_messages(), "max_output_tokens": n, "stream": true}),
+        Protocol::Responses => {
+            json!({"input": responses::input_items(spec.prompt.as_messages()), "max_output_tokens": n, "stream": true})
+        }
         Protocol::Sglang => {
             json!({"text": spec.prompt.as_text(), "sampling_params": {"max_new_tokens": n}, "stream": true})
         }
@@ -180,8 +185,12 @@ pub fn request_body(protocol: Protocol, spec: &RequestSpec, opts: &BodyOptions) 
     if let Some(fields) = spec.constraint.as_ref().and_then(|c| constraint_fields(c, protocol).ok()) {
         merge(&mut body, &fields);
     }
-    if let (Some(tools), Protocol::Chat) = (spec.tools(opts), protocol) {
-        merge(&mut body, &tools.body_fields());
+    match (spec.tools(opts), protocol) {
+        (Some(tools), Protocol::Chat) => merge(&mut body, &tools.body_fields()),
+        (Some(tools), Protocol::Responses) => {
+            merge(&mut body, &responses::tool_fields(&tools.tools, &tools.tool_choice))
+        }
+        _ => {}
     }
     if let Some(extra) = &opts.extra {
         merge(&mut body, extra);
