@@ -16,7 +16,10 @@
 # against each server, fresh (REPLAY=0 skips it): both answer the very same rounds, and the
 # TTFT of rounds 2+ compares how each reuses the conversation's KV.
 #
-#   LLAMA_SERVER=/path/to/llama-server scripts/compare-agents.sh [OUT_DIR]
+# API=responses sends the same agents over the Responses API (/v1/responses, the OpenAI Agents
+# SDK's default; llama-server serves it too) instead of chat.
+#
+#   LLAMA_SERVER=/path/to/llama-server [API=responses] scripts/compare-agents.sh [OUT_DIR]
 # SERVERS="llama rillm" (the default) or either alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +33,11 @@ LLAMA_TEMPLATE=${LLAMA_TEMPLATE-$(ls -d /tmp/peer/llama_cpp_python-*/vendor/llam
 LLAMA_JINJA="--jinja${LLAMA_TEMPLATE:+ --chat-template-file $LLAMA_TEMPLATE}"
 . scripts/compare-common.sh
 mkdir -p "$OUT"
-URL="http://127.0.0.1:$PORT/v1/chat/completions"
+case ${API:-chat} in
+  chat) URL="http://127.0.0.1:$PORT/v1/chat/completions" ;;
+  responses) URL="http://127.0.0.1:$PORT/v1/responses" ;;
+  *) echo "API must be chat or responses" >&2; exit 2 ;;
+esac
 head -16 crates/bench/tools/prompts.jsonl > "$OUT/agents.jsonl"
 
 bench() { # name choice

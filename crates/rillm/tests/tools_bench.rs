@@ -129,7 +129,10 @@ fn the_agent_loop_runs_over_the_responses_api() {
     )
     .unwrap();
     let url = server.url("/v1/responses");
-    let result = bench_result(&agent_loop(&url, &prompts, &tools, "1"), "agents-responses");
+    let saved = temp.path().join("saved.jsonl");
+    let mut args = agent_loop(&url, &prompts, &tools, "1");
+    args.extend(["--save-sessions", saved.to_str().unwrap()]);
+    let result = bench_result(&args, "agents-responses");
     assert_eq!(result["protocol"], "responses");
     assert_eq!(result["failed"], 0, "every round accepted, the answered calls included: {}", result["limits"]);
     let summary = &result["tool_calls"];
@@ -137,4 +140,10 @@ fn the_agent_loop_runs_over_the_responses_api() {
     assert!(n("calls") >= 1, "a first round calls under `required`: {summary}");
     assert_eq!(n("valid"), n("calls"), "every call rillm emits is valid: {summary}");
     assert!(n("later_rounds") >= 1, "a reply to the calls' outputs was asked for: {summary}");
+
+    // The saved rounds (chat-shaped records) replayed as recorded over the Responses API.
+    let replay = ["--url", &url, "--dataset", saved.to_str().unwrap(), "--concurrency", "1", "--timeout", "300"];
+    let replayed = bench_result(&replay, "agents-responses-replay");
+    assert_eq!(replayed["failed"], 0, "{}", replayed["limits"]);
+    assert_eq!(replayed["tool_calls"]["later_rounds"], summary["later_rounds"], "{}", replayed["tool_calls"]);
 }

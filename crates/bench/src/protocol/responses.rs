@@ -63,9 +63,12 @@ struct Event<'a> {
     kind: Cow<'a, str>,
     #[serde(borrow, default)]
     delta: Option<Cow<'a, str>>,
-    /// Which output item an item or arguments event is about.
+    /// Which output item an item or arguments event is about: by position (OpenAI, vLLM)
+    /// or by id (OpenAI; llama-server gives only this).
     #[serde(default)]
     output_index: Option<u32>,
+    #[serde(default)]
+    item_id: Option<String>,
     /// The item an `output_item.added` announces.
     #[serde(default)]
     item: Option<Item>,
@@ -81,6 +84,8 @@ struct Event<'a> {
 struct Item {
     #[serde(rename = "type", default)]
     kind: Option<String>,
+    #[serde(default)]
+    id: Option<String>,
     #[serde(default)]
     call_id: Option<String>,
     #[serde(default)]
@@ -112,8 +117,22 @@ struct ResponsesUsage {
 /// numbered in order, as chat numbers its `tool_calls`.
 #[derive(Debug, Default)]
 pub(super) struct ResponsesDecoder {
-    /// Each call so far: its item's `output_index`, and whether argument pieces came.
-    calls: Vec<(u32, bool)>,
+    calls: Vec<CallItem>,
+}
+
+/// A call's output item, as later events name it, and whether argument pieces came.
+#[derive(Debug)]
+struct CallItem {
+    output_index: Option<u32>,
+    id: Option<String>,
+    pieces_came: bool,
+}
+
+impl CallItem {
+    fn is(&self, event: &Event) -> bool {
+        let by_index = event.output_index.is_some() && event.output_index == self.output_index;
+        by_index || (event.item_id.is_some() && event.item_id == self.id)
+    }
 }
 
 impl ResponsesDecoder {
@@ -131,20 +150,20 @@ impl ResponsesDecoder {
                 Chunk { reasoning: delta(), ..Chunk::default() }
             }
             "response.output_item.added" => self.call_announced(&event),
-            "response.function_call_arguments.delta" => self.arguments(event.output_index, Some(delta()), true),
-            "response.function_call_arguments.done" => self.arguments(event.output_index, event.arguments, false),
+            "response.function_call_arguments.delta" => self.arguments(&event, Some(delta()), true),
+            "response.function_call_arguments.done" => self.arguments(&event, event.arguments.clone(), false),
             "response.completed" | "response.incomplete" | "response.failed" => end(event.response.unwrap_or_default()),
             _ => Chunk::default(),
         }
     }
 
     fn call_announced(&mut self, event: &Event) -> Chunk {
-        let (Some(item), Some(output_index)) = (&event.item, event.output_index) else { return Chunk::default() };
-        if item.kind.as_deref() != Some("function_call") {
+        let Some(item) = event.item.as_ref().filter(|item| item.kind.as_deref() == Some("function_call")) else {
             return Chunk::default();
-        }
+        };
         let arguments = item.arguments.clone().unwrap_or_default();
-        self.calls.push((output_index, !arguments.is_empty()));
+        let pieces_came = !arguments.is_empty();
+        self.calls.push(CallItem { output_index: event.output_index, id: item.id.clone(), pieces_came });
         let function = FunctionDelta { name: item.name.clone(), arguments: Some(arguments) };
         let call = ToolCallDelta {
             index: Some(self.calls.len() as u32 - 1),
@@ -155,13 +174,13 @@ impl ResponsesDecoder {
     }
 
     /// A piece of a call's arguments (`piece`), or the whole (taken only if no piece came).
-    fn arguments(&mut self, output_index: Option<u32>, arguments: Option<String>, piece: bool) -> Chunk {
-        let found = self.calls.iter_mut().enumerate().find(|(_, (at, _))| Some(*at) == output_index);
-        let (Some((index, (_, pieces_came))), Some(arguments)) = (found, arguments) else { return Chunk::default() };
-        if !piece && *pieces_came {
+    fn arguments(&mut self, event: &Event, arguments: Option<String>, piece: bool) -> Chunk {
+        let found = self.calls.iter_mut().enumerate().find(|(_, call)| call.is(event));
+        let (Some((index, call)), Some(arguments)) = (found, arguments) else { return Chunk::default() };
+        if !piece && call.pieces_came {
             return Chunk::default();
         }
-        *pieces_came = true;
+        call.pieces_came = true;
         let function = FunctionDelta { name: None, arguments: Some(arguments) };
         let call = ToolCallDelta { index: Some(index as u32), id: None, function: Some(function) };
         Chunk { tool_calls: vec![call], ..Chunk::default() }
@@ -257,6 +276,21 @@ mod tests {
                 ToolCall { id: "c2".into(), name: "add".into(), arguments: r#"{"a": 1}"#.into() },
             ]
         );
+    }
+
+    #[test]
+    fn calls_named_by_item_id_alone_as_llama_server_sends_them() {
+        let mut d = ResponsesDecoder::default();
+        let mut calls: Vec<ToolCall> = Vec::new();
+        for event in [
+            r#"{"type":"response.output_item.added","item":{"id":"fc_1","arguments":"","call_id":"call_1","name":"add","type":"function_call"}}"#,
+            r#"{"type":"response.function_call_arguments.delta","delta":"{\"a\": ","item_id":"fc_1"}"#,
+            r#"{"type":"response.function_call_arguments.delta","delta":"2}","item_id":"fc_1"}"#,
+            r#"{"type":"response.function_call_arguments.delta","delta":"lost","item_id":"fc_9"}"#,
+        ] {
+            d.decode(event).tool_calls.into_iter().for_each(|delta| assemble(&mut calls, delta));
+        }
+        assert_eq!(calls, [ToolCall { id: "call_1".into(), name: "add".into(), arguments: r#"{"a": 2}"#.into() }]);
     }
 
     #[test]

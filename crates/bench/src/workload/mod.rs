@@ -153,10 +153,10 @@ pub fn recorded_tools(mut built: Built, protocol: Protocol, tools_arg: bool) -> 
     if with_tools == 0 {
         return Ok(built);
     }
-    if protocol != Protocol::Chat {
-        return Err(
-            "the dataset's requests carry tools: replay them on the chat protocol (/v1/chat/completions)".into()
-        );
+    if !matches!(protocol, Protocol::Chat | Protocol::Responses) {
+        return Err("the dataset's requests carry tools: replay them on chat (/v1/chat/completions) or the \
+                    Responses API (/v1/responses)"
+            .into());
     }
     if tools_arg {
         return Err("the dataset's requests carry their own tools; --tools would replace them".into());
