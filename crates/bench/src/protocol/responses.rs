@@ -164,13 +164,7 @@ impl ResponsesDecoder {
         let arguments = item.arguments.clone().unwrap_or_default();
         let pieces_came = !arguments.is_empty();
         self.calls.push(CallItem { output_index: event.output_index, id: item.id.clone(), pieces_came });
-        let function = FunctionDelta { name: item.name.clone(), arguments: Some(arguments) };
-        let call = ToolCallDelta {
-            index: Some(self.calls.len() as u32 - 1),
-            id: item.call_id.clone(),
-            function: Some(function),
-        };
-        Chunk { tool_calls: vec![call], ..Chunk::default() }
+        call_piece(self.calls.len() - 1, item.call_id.clone(), item.name.clone(), arguments)
     }
 
     /// A piece of a call's arguments (`piece`), or the whole (taken only if no piece came).
@@ -181,10 +175,15 @@ impl ResponsesDecoder {
             return Chunk::default();
         }
         call.pieces_came = true;
-        let function = FunctionDelta { name: None, arguments: Some(arguments) };
-        let call = ToolCallDelta { index: Some(index as u32), id: None, function: Some(function) };
-        Chunk { tool_calls: vec![call], ..Chunk::default() }
+        call_piece(index, None, None, arguments)
     }
+}
+
+/// Call `index`'s piece as chat's `delta.tool_calls` carries it: the first names it.
+fn call_piece(index: usize, id: Option<String>, name: Option<String>, arguments: String) -> Chunk {
+    let function = FunctionDelta { name, arguments: Some(arguments) };
+    let call = ToolCallDelta { index: Some(index as u32), id, function: Some(function) };
+    Chunk { tool_calls: vec![call], ..Chunk::default() }
 }
 
 fn end(state: ResponseState) -> Chunk {
@@ -225,6 +224,7 @@ mod tests {
     fn text(t: &str) -> Chunk {
         Chunk { text: t.into(), ..Chunk::default() }
     }
+
     #[test]
     fn responses_deltas_and_the_end_with_usage_and_why() {
         let created =

@@ -40,9 +40,6 @@ pub struct Echo {
 pub struct Keep {
     pub store: Arc<ResponseStore>,
     pub conversation: Vec<HistoryMessage>,
-    /// A background response, held in the store while it runs: whatever way it ends is
-    /// kept, in its place (unless a cancel came first).
-    pub background: bool,
 }
 
 pub struct ResponsesFormat {
@@ -100,16 +97,16 @@ impl ResponsesFormat {
     }
 
     /// Keeps a finished response (cut short too, as OpenAI does), its reply added to the
-    /// conversation as the assistant's turn; a background one also when it failed, for its
-    /// poller to see why.
+    /// conversation as the assistant's turn; a background one (held in the store while it
+    /// runs) however it ended, in its place, for its poller to see why.
     fn keep(&mut self, response: &Value) {
-        let Some(Keep { store, mut conversation, background }) = self.keep.take() else { return };
+        let Some(Keep { store, mut conversation }) = self.keep.take() else { return };
         let finished = matches!(self.status(), "completed" | "incomplete");
         if finished {
             conversation.push(reply_message(self.items.items()));
         }
         let conversation = finished.then_some(conversation);
-        if background {
+        if self.echo.background {
             store.finish(&self.id, response.clone(), conversation);
         } else if conversation.is_some() {
             store.insert(self.id.clone(), response.clone(), conversation);

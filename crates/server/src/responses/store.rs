@@ -73,19 +73,8 @@ impl ResponseStore {
     /// Keeps a response; the least recently used go until it fits. One larger than the
     /// whole budget is not kept. `conversation`: what a next response goes on from.
     pub fn insert(&self, id: String, response: Value, conversation: Option<Vec<HistoryMessage>>) {
-        let bytes = response.to_string().len() + conversation.iter().flatten().map(message_bytes).sum::<usize>();
-        if bytes > self.budget {
-            return;
-        }
-        let mut kept = self.lock();
-        kept.remove(&id);
-        while kept.bytes + bytes > self.budget {
-            let Some((_, oldest)) = kept.entries.pop_lru() else { break };
-            kept.bytes -= oldest.bytes;
-        }
-        kept.bytes += bytes;
-        let entry = Entry { response: Arc::new(response), conversation: conversation.map(Arc::new), bytes };
-        kept.entries.put(id, entry);
+        let entry = Entry::new(response, conversation);
+        self.lock().put(self.budget, id, entry);
     }
 
     /// Holds a background response while it runs, `response` showing it in progress; the
@@ -97,33 +86,34 @@ impl ResponseStore {
     }
 
     /// A background response ended: kept as any other, unless it was cancelled or deleted
-    /// meanwhile (then what that left stands).
+    /// meanwhile (then what that left stands). Under one lock, so `GET` never misses it.
     pub fn finish(&self, id: &str, response: Value, conversation: Option<Vec<HistoryMessage>>) {
-        if self.lock().running.remove(id).is_some() {
-            self.insert(id.to_string(), response, conversation);
+        let entry = Entry::new(response, conversation);
+        let mut kept = self.lock();
+        if kept.running.remove(id).is_some() {
+            kept.put(self.budget, id.to_string(), entry);
         }
     }
 
     /// Stops a background response still running: it is kept as it stood, `cancelled`.
     pub fn cancel(&self, id: &str) -> Result<Arc<Value>, NotCancelled> {
-        let running = {
-            let mut kept = self.lock();
-            let Some(running) = kept.running.remove(id) else {
-                let entry = kept.entries.peek(id).ok_or(NotCancelled::NotFound)?;
-                let status = entry.response["status"].as_str().unwrap_or_default().to_string();
-                return Err(if entry.response["background"] == true {
-                    NotCancelled::Ended(status)
-                } else {
-                    NotCancelled::Synchronous
-                });
-            };
-            running
+        let mut kept = self.lock();
+        let Some(running) = kept.running.remove(id) else {
+            let entry = kept.entries.peek(id).ok_or(NotCancelled::NotFound)?;
+            let status = entry.response["status"].as_str().unwrap_or_default().to_string();
+            return Err(if entry.response["background"] == true {
+                NotCancelled::Ended(status)
+            } else {
+                NotCancelled::Synchronous
+            });
         };
         let _ = running.stop.send(());
         let mut response = Arc::unwrap_or_clone(running.response);
         response["status"] = "cancelled".into();
-        self.insert(id.to_string(), response.clone(), None);
-        Ok(Arc::new(response))
+        let entry = Entry::new(response, None);
+        let cancelled = entry.response.clone();
+        kept.put(self.budget, id.to_string(), entry);
+        Ok(cancelled)
     }
 
     /// A kept response's conversation, marked as used; `None` also for one that did not
@@ -160,7 +150,29 @@ impl ResponseStore {
     }
 }
 
+impl Entry {
+    fn new(response: Value, conversation: Option<Vec<HistoryMessage>>) -> Self {
+        let bytes = response.to_string().len() + conversation.iter().flatten().map(message_bytes).sum::<usize>();
+        Self { response: Arc::new(response), conversation: conversation.map(Arc::new), bytes }
+    }
+}
+
 impl Kept {
+    /// Keeps `entry` in place of any under `id`, the least recently used out until it fits
+    /// `budget`; one larger than the whole budget is not kept.
+    fn put(&mut self, budget: usize, id: String, entry: Entry) {
+        if entry.bytes > budget {
+            return;
+        }
+        self.remove(&id);
+        while self.bytes + entry.bytes > budget {
+            let Some((_, oldest)) = self.entries.pop_lru() else { break };
+            self.bytes -= oldest.bytes;
+        }
+        self.bytes += entry.bytes;
+        self.entries.put(id, entry);
+    }
+
     fn remove(&mut self, id: &str) -> bool {
         let Some(entry) = self.entries.pop(id) else { return false };
         self.bytes -= entry.bytes;

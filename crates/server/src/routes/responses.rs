@@ -122,7 +122,7 @@ pub async fn create_response(
         return Err(ApiError::invalid("background", background_unkept(state.responses.enabled())));
     }
     let background = echo.background;
-    let keep = echo.store.then(|| Keep { store: state.responses.clone(), conversation, background });
+    let keep = echo.store.then(|| Keep { store: state.responses.clone(), conversation });
     let admitted = admit(&state, "responses", fields, request, received).await?;
     // Random, not the engine's request number: a kept id must not recur after a restart.
     let unique = format!("{:032x}", rand::random::<u128>());
