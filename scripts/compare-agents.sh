@@ -19,7 +19,12 @@
 # API=responses sends the same agents over the Responses API (/v1/responses, the OpenAI Agents
 # SDK's default; llama-server serves it too) instead of chat.
 #
-#   LLAMA_SERVER=/path/to/llama-server [API=responses] scripts/compare-agents.sh [OUT_DIR]
+# FINAL_SCHEMA=crates/bench/tools/final-answer.json asks every request for its answer in that
+# schema too (`--final-schema`: tools and a typed answer in one request, as the Agents SDK's
+# typed agents send them); its runs are named `-typed`, and where the same OUT_DIR holds a
+# run without it, rillm's typed agents are compared with its plain ones.
+#
+#   LLAMA_SERVER=/path/to/llama-server [API=responses] [FINAL_SCHEMA=F] scripts/compare-agents.sh [OUT_DIR]
 # SERVERS="llama rillm" (the default) or either alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,10 +44,12 @@ case ${API:-chat} in
   *) echo "API must be chat or responses" >&2; exit 2 ;;
 esac
 head -16 crates/bench/tools/prompts.jsonl > "$OUT/agents.jsonl"
+TYPED=${FINAL_SCHEMA:+-typed}
 
 bench() { # name choice
   "$BENCH" bench --url "$URL" --dataset "$OUT/agents.jsonl" --tools crates/bench/tools/tools.json \
     --tool-choice "$2" --max-tool-rounds 3 --tool-result-tokens 64 --concurrency 8 --temperature 0 \
+    ${FINAL_SCHEMA:+--final-schema "$FINAL_SCHEMA"} \
     --timeout 600 --save-sessions "$OUT/$1.sessions.jsonl" --output "$OUT/$1.json" > "$OUT/$1.txt"
 }
 
@@ -52,15 +59,16 @@ replay() { # name
 }
 
 for choice in $CHOICES; do
+  run="$choice$TYPED"
   if [[ " $SERVERS " == *" llama "* ]]; then
-    LLAMA_ARGS=$LLAMA_JINJA start_llama "$OUT/llama-$choice.log"; bench "llama-$choice" "$choice"; stop_server
+    LLAMA_ARGS=$LLAMA_JINJA start_llama "$OUT/llama-$run.log"; bench "llama-$run" "$choice"; stop_server
   fi
   if [[ " $SERVERS " == *" rillm "* ]]; then
-    start_rillm "$OUT/rillm-$choice.log"; bench "rillm-$choice" "$choice"; stop_server
+    start_rillm "$OUT/rillm-$run.log"; bench "rillm-$run" "$choice"; stop_server
   fi
 done
 
-if [ "${REPLAY:-1}" = 1 ] && [ -f "$OUT/rillm-required.sessions.jsonl" ]; then
+if [ "${REPLAY:-1}" = 1 ] && [ -z "$TYPED" ] && [ -f "$OUT/rillm-required.sessions.jsonl" ]; then
   if [[ " $SERVERS " == *" llama "* ]]; then
     LLAMA_ARGS=$LLAMA_JINJA start_llama "$OUT/llama-replay.log"; replay llama-replay; stop_server
   fi
@@ -70,9 +78,16 @@ if [ "${REPLAY:-1}" = 1 ] && [ -f "$OUT/rillm-required.sessions.jsonl" ]; then
 fi
 
 for choice in $CHOICES; do
-  echo "== tool_choice $choice: llama-server --jinja (a) vs rillm (b)"
-  grep "tool calls" "$OUT/llama-$choice.txt" "$OUT/rillm-$choice.txt" || true
-  "$BENCH" bench compare "$OUT/llama-$choice.json" "$OUT/rillm-$choice.json" --label llama-server --label rillm
+  run="$choice$TYPED"
+  echo "== tool_choice $run: llama-server --jinja (a) vs rillm (b)"
+  grep -E "tool calls|final answers" "$OUT/llama-$run.txt" "$OUT/rillm-$run.txt" || true
+  if [ -f "$OUT/llama-$run.json" ] && [ -f "$OUT/rillm-$run.json" ]; then
+    "$BENCH" bench compare "$OUT/llama-$run.json" "$OUT/rillm-$run.json" --label llama-server --label rillm
+  fi
+  if [ -n "$TYPED" ] && [ -f "$OUT/rillm-$choice.json" ]; then
+    echo "== tool_choice $choice: rillm's plain agents (a) vs its typed agents (b)"
+    "$BENCH" bench compare "$OUT/rillm-$choice.json" "$OUT/rillm-$run.json" --label plain --label typed --force
+  fi
 done
 if [ -f "$OUT/llama-replay.json" ] && [ -f "$OUT/rillm-replay.json" ]; then
   echo "== rillm's required agents replayed as recorded: llama-server --jinja (a) vs rillm (b)"

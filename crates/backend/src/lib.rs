@@ -23,7 +23,7 @@ pub use request::{
 pub use stats::{
     CacheLayout, ConstraintSnapshot, PrefixCacheSnapshot, SpeculationSnapshot, StatsSnapshot, DRAFT_POSITIONS,
 };
-pub use stream::{RequestStream, StartSignal};
+pub use stream::{ChoiceControls, RequestStream, StartSignal};
 pub use tool_format::ToolCallFormat;
 
 /// What clients that tokenize for themselves need to know of the model's tokenizer.
@@ -74,6 +74,13 @@ pub trait Backend: Send + Sync + 'static {
     /// request).
     fn chat_template_tools(&self) -> Option<ToolCallFormat> {
         self.tokenizer_info().chat_template_tools
+    }
+    /// Whether `constraint` compiles, alone: where a composed constraint (tools and an
+    /// answer format in one grammar) is refused, its parts are checked one by one so the
+    /// 400 names the field at fault. Compiled constraints are cached, so this is cheap for
+    /// one seen before. Backends that compile nothing accept everything.
+    fn check_constraint(&self, _constraint: &Constraint) -> Result<(), Rejected> {
+        Ok(())
     }
     /// `None` when the engine reuses no prefixes (nothing for a prefix-aware router to score).
     fn cache_layout(&self) -> Option<CacheLayout> {

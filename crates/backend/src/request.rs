@@ -190,6 +190,11 @@ pub enum Constraint {
     /// grammar starts with it), a sentence of `grammar` (Lark). The free text costs no mask:
     /// tool calls under `tool_choice: auto` are constrained only once the model opens one.
     Lazy { trigger: String, grammar: String },
+    /// `constraint`; and where the stream's reader restarts a choice
+    /// (`RequestStream::restart_choice`), `restart` from the output's start: the prompt
+    /// stays, the output so far is void. (A reply about to repeat a call the conversation has
+    /// already answered is generated again as the answer.)
+    Restartable { constraint: Box<Constraint>, restart: Box<Constraint> },
 }
 
 impl Constraint {
@@ -202,6 +207,7 @@ impl Constraint {
             Self::Choice(_) => "choice",
             Self::Lark(_) => "grammar",
             Self::Lazy { .. } => "lazy_grammar",
+            Self::Restartable { constraint, .. } => constraint.kind(),
         }
     }
 }
@@ -336,6 +342,9 @@ pub enum StreamEvent {
     Text { index: u32, text: String, token_ids: Vec<TokenId>, logprobs: Vec<TokenLogprob> },
     /// Choice `Completion::index` ended; the last event of a request with one choice.
     Finished(Completion),
+    /// Choice `index` starts its output again under its constraint's restart, as its
+    /// reader asked (`RequestStream::restart_choice`): its text before this event is void.
+    Restarted { index: u32 },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -56,6 +56,12 @@ pub struct ConstraintSnapshot {
     /// Of those, tokens the grammar forced: fed to the model with the step that computes
     /// the next choice, not a forward pass each (jump-forward).
     pub forced_tokens: u64,
+    /// Constrained outputs that could not go on (an engine bug, counted and logged; the
+    /// reply ends with what it had).
+    pub failures: u64,
+    /// Samples drawn again because, before a lazy grammar's trigger, the token would have
+    /// opened the grammar and broken it.
+    pub resamples: u64,
 }
 
 /// How the KV cache is laid out, for gateways that score prefix reuse per replica (GIE's

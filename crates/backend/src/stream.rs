@@ -1,4 +1,6 @@
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -6,6 +8,42 @@ use tokio::sync::oneshot;
 
 use crate::request::StreamEvent;
 use crate::Rejected;
+
+/// What a stream's reader asked of each choice of its request: end it early
+/// (`RequestStream::end_choice`: the backend finishes it at its next step as a stop string
+/// would, `stop`, usage counted) or restart it (`RequestStream::restart_choice`), its other
+/// choices going on. Shared by the stream and the backend's sequences.
+#[derive(Debug)]
+pub struct ChoiceControls(Box<[AtomicU8]>);
+
+const GO_ON: u8 = 0;
+const END: u8 = 1;
+const RESTART: u8 = 2;
+
+impl ChoiceControls {
+    /// For a request of `n` choices.
+    pub fn new(n: u32) -> Arc<Self> {
+        Arc::new(Self((0..n.max(1)).map(|_| AtomicU8::new(GO_ON)).collect()))
+    }
+
+    /// Whether choice `index` was ended early.
+    pub fn is_ended(&self, index: u32) -> bool {
+        self.0.get(index as usize).is_some_and(|state| state.load(Ordering::Relaxed) == END)
+    }
+
+    /// Whether a restart of choice `index` was asked for, once: the request is taken.
+    pub fn take_restart(&self, index: u32) -> bool {
+        self.0
+            .get(index as usize)
+            .is_some_and(|state| state.compare_exchange(RESTART, GO_ON, Ordering::Relaxed, Ordering::Relaxed).is_ok())
+    }
+
+    fn set(&self, index: u32, to: u8) {
+        if let Some(state) = self.0.get(index as usize) {
+            state.store(to, Ordering::Relaxed);
+        }
+    }
+}
 
 /// Whether a queued request started (`Ok`) or was refused at the head of the queue.
 pub type StartSignal = oneshot::Receiver<Result<(), Rejected>>;
@@ -21,12 +59,36 @@ pub struct RequestStream {
     prompt_tokens: usize,
     events: UnboundedReceiver<StreamEvent>,
     started: Option<StartSignal>,
+    controls: Option<Arc<ChoiceControls>>,
 }
 
 impl RequestStream {
     /// The engine side keeps the sender; every event it sends arrives here in order.
     pub fn new(id: u64, prompt_tokens: usize, events: UnboundedReceiver<StreamEvent>) -> Self {
-        Self { id, prompt_tokens, events, started: None }
+        Self { id, prompt_tokens, events, started: None, controls: None }
+    }
+
+    /// A stream whose reader may end or restart choices (`end_choice`, `restart_choice`),
+    /// through `controls`.
+    pub fn controlled(mut self, controls: Arc<ChoiceControls>) -> Self {
+        self.controls = Some(controls);
+        self
+    }
+
+    /// Ends choice `index` early: the backend finishes it at its next step with `stop`
+    /// (a reader that has what it wants, such as a repeated tool call, stops paying for
+    /// the rest). Its final event still comes; text after this call is to be ignored.
+    /// Returns false where the backend cannot end a choice early.
+    pub fn end_choice(&self, index: u32) -> bool {
+        self.controls.as_ref().map(|c| c.set(index, END)).is_some()
+    }
+
+    /// Restarts choice `index` under its constraint's restart (`Constraint::Restartable`):
+    /// the backend voids its output so far and says so with `StreamEvent::Restarted`; text
+    /// between this call and that event is to be ignored. Returns false where the backend
+    /// cannot restart a choice.
+    pub fn restart_choice(&self, index: u32) -> bool {
+        self.controls.as_ref().map(|c| c.set(index, RESTART)).is_some()
     }
 
     /// A request the backend may still refuse when it reaches the head of its queue (a

@@ -182,6 +182,11 @@ pub struct BenchArgs {
     /// Rounds per user turn at most: the turn, and replies to tool results.
     #[arg(long, default_value_t = 3)]
     pub max_tool_rounds: u32,
+    /// With --tools: a JSON Schema file every request also asks its answer in (chat
+    /// `response_format`, Responses `text.format`): a reply calls tools or gives the typed
+    /// answer. A reply without calls is the session's final answer, checked against it.
+    #[arg(long, requires = "tools")]
+    pub final_schema: Option<PathBuf>,
     /// Model name to send (OpenAI protocols); default: the first of the server's /v1/models.
     #[arg(long)]
     pub model: Option<String>,

@@ -145,6 +145,10 @@ pub async fn run(args: BenchArgs, command_line: String) -> Result<BenchOutput, B
     let tools = match &args.tools {
         Some(path) => {
             let tools = tools::ToolSet::load(path, &args.tool_choice, args.tool_result_tokens, args.max_tool_rounds)?;
+            let tools = match &args.final_schema {
+                Some(schema) => tools::ToolSet::answering_in(tools, schema)?,
+                None => tools,
+            };
             built = workload::with_tools(built, path, &tools);
             Some(tools)
         }

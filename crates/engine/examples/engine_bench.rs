@@ -62,7 +62,7 @@ fn aggregate_decode(engine: &Engine, n: usize, tokens: u32) -> f64 {
             match e {
                 StreamEvent::Text { token_ids, .. } => after += token_ids.len(),
                 StreamEvent::Finished(_) => break,
-                StreamEvent::Prompt(_) => {}
+                StreamEvent::Prompt(_) | StreamEvent::Restarted { .. } => {}
             }
         }
     }

@@ -6,7 +6,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use crate::config::{EngineConfig, Speculative};
-use crate::constraint::{GrammarCompiler, SequenceConstraint};
+use crate::constraint::GrammarCompiler;
 use crate::error::EngineError;
 use crate::llama::{grammar_tok_env, load_model, load_weights, LlamaExecutor};
 use crate::llama_draft::DraftContext;
@@ -19,7 +19,7 @@ use crate::supervise::run_supervised;
 use crate::Executor;
 use rillm_backend::Rejected;
 use rillm_backend::RequestStream;
-use rillm_backend::{Constraint, FinishReason, GenerateRequest, Prompt};
+use rillm_backend::{ChoiceControls, Constraint, FinishReason, GenerateRequest, Prompt};
 
 /// `submit` refuses a request predicted to wait more than this many times `--max-queue-ms`;
 /// between the bound and this, the head of the queue decides (`Scheduler::refused_at_head`).
@@ -177,13 +177,7 @@ impl Engine {
         }
         // Compiled here, on the caller's thread: a first-seen schema costs milliseconds.
         let constraint = match &request.constraint {
-            Some(c) => {
-                let constraint = SequenceConstraint::new(inner.grammars.matcher(c, &inner.stats.constraints)?);
-                match c {
-                    Constraint::Lazy { trigger, .. } => Some(constraint.after_trigger(trigger)),
-                    _ => Some(constraint),
-                }
-            }
+            Some(c) => Some(inner.grammars.sequence_constraint(c, &inner.stats.constraints)?),
             None => None,
         };
         let mut expected_prefill = prompt.len();
@@ -207,6 +201,7 @@ impl Engine {
         // request reaches the head of the queue, with what it actually waited.
         let (started, start_signal) = inner.max_queue_ms.map(|_| tokio::sync::oneshot::channel()).unzip();
         let prompt_tokens = prompt.len();
+        let controls = ChoiceControls::new(request.n);
         let pending = PendingRequest {
             id,
             index: 0,
@@ -227,11 +222,12 @@ impl Engine {
             forecast_ms,
             started,
             events,
+            controls: Arc::clone(&controls),
         };
         match inner.queue.push(pending) {
             Ok(()) => {
                 inner.stats.set_waiting(inner.queue.len());
-                let stream = RequestStream::new(id, prompt_tokens, receiver);
+                let stream = RequestStream::new(id, prompt_tokens, receiver).controlled(controls);
                 Ok(match start_signal {
                     Some(signal) => stream.refusable(signal),
                     None => stream,
@@ -248,6 +244,12 @@ impl Engine {
             Some(reason) => Rejected::EngineFailed(reason.to_string()),
             None => Rejected::ShuttingDown,
         }
+    }
+
+    /// Whether `constraint` compiles (`Backend::check_constraint`); a compiled one is cached.
+    pub fn check_constraint(&self, constraint: &Constraint) -> Result<(), Rejected> {
+        let inner = &self.inner;
+        inner.grammars.matcher(constraint, &inner.stats.constraints).map(drop)
     }
 
     /// Token ids of a prompt exactly as `submit` would feed them to the model.

@@ -1,6 +1,7 @@
 //! One request from admission to its final event: where its prompt is, what it has
 //! generated, and how each new token turns into stream events.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::mpsc::UnboundedSender;
@@ -11,7 +12,8 @@ use crate::logit_adjust::LogitAdjust;
 use crate::runtime::{TokenId, Tokenizer};
 use crate::text_stream::{TextPiece, TextStream};
 use rillm_backend::{
-    Completion, FinishReason, PromptToken, Rejected, SamplingParams, ServerTimings, StreamEvent, TokenLogprob, Usage,
+    ChoiceControls, Completion, FinishReason, PromptToken, Rejected, SamplingParams, ServerTimings, StreamEvent,
+    TokenLogprob, Usage,
 };
 
 /// A request waiting for a sequence slot, already tokenized and validated.
@@ -50,11 +52,23 @@ pub(crate) struct PendingRequest {
     /// queue (its route holds the response until then).
     pub started: Option<oneshot::Sender<Result<(), Rejected>>>,
     pub events: UnboundedSender<StreamEvent>,
+    /// What the caller asked of each choice: end it early, or restart it.
+    pub controls: Arc<ChoiceControls>,
 }
 
 impl PendingRequest {
     pub fn is_cancelled(&self) -> bool {
         self.events.is_closed()
+    }
+
+    /// The caller has what it wants of this choice: it ends as a stop string would end it.
+    pub fn is_ended_early(&self) -> bool {
+        self.controls.is_ended(self.index)
+    }
+
+    /// The caller asked to restart this choice (once: the ask is taken).
+    pub fn take_restart(&self) -> bool {
+        self.controls.take_restart(self.index)
     }
 
     /// Choice `index` of this request: the same prompt and stream, its own constraint
@@ -70,6 +84,7 @@ impl PendingRequest {
             stop_token_ids: self.stop_token_ids.clone(),
             constraint: self.constraint.clone(),
             events: self.events.clone(),
+            controls: Arc::clone(&self.controls),
             forecast_ms: None,
             started: None,
             ..*self
@@ -104,6 +119,7 @@ impl PendingRequest {
             forecast_ms: None,
             started: None,
             events,
+            controls: ChoiceControls::new(1),
         };
         (request, receiver)
     }
@@ -176,11 +192,7 @@ pub(crate) struct Sequence {
 impl Sequence {
     /// `reused` prompt tokens are already in the slot's KV cache.
     pub fn new(request: PendingRequest, reused: u32) -> Self {
-        let text = if request.include_stop_str {
-            TextStream::new(&request.stop).including_stops()
-        } else {
-            TextStream::new(&request.stop)
-        };
+        let text = text_stream(&request);
         let logit_adjust =
             LogitAdjust::new(&request.sampling, &request.prompt, request.min_tokens, &request.stop_token_ids);
         Self {
@@ -206,6 +218,37 @@ impl Sequence {
             admitted: Instant::now(),
             first_token_at: None,
         }
+    }
+
+    /// Starts the output again under its constraint's restart, as the caller asked
+    /// (`Constraint::Restartable`): what it generated is void (the caller is told with
+    /// `StreamEvent::Restarted`), the prompt's KV stays but for its last token, whose row is
+    /// computed again for the first new token. Returns the cells to keep (the caller drops
+    /// the rest), or `None` where there is nothing to restart (no restart, or nothing
+    /// generated yet).
+    pub fn restart(&mut self, ctx_limit: u32) -> Option<u32> {
+        if self.is_prefilling() || self.awaits_fork {
+            return None;
+        }
+        let restart = self.request.constraint.as_mut()?.take_restart()?;
+        self.request.constraint = Some(restart);
+        self.generated = 0;
+        self.generated_ids.clear();
+        self.last_token = None;
+        self.text = text_stream(&self.request);
+        self.unsent_logprobs.clear();
+        self.drafts.clear();
+        (self.held_forced, self.predicted) = (0, None);
+        self.logit_adjust = LogitAdjust::new(
+            &self.request.sampling,
+            &self.request.prompt,
+            self.request.min_tokens,
+            &self.request.stop_token_ids,
+        );
+        self.cached = self.cached.min(self.request.prompt.len().saturating_sub(1) as u32);
+        self.find_start_forced(ctx_limit);
+        let _ = self.request.events.send(StreamEvent::Restarted { index: self.request.index });
+        Some(self.cached)
     }
 
     /// Drops the last `tokens` cached prompt tokens, to be computed again with the rest of
@@ -354,6 +397,24 @@ impl Sequence {
         }
     }
 
+    /// Whether its constraint refuses `token` though no mask kept it out: a lazy grammar
+    /// the token would trigger and break at once (`SequenceConstraint::refuses`).
+    pub fn constraint_refuses(&mut self, token: TokenId, tokenizer: &dyn Tokenizer) -> bool {
+        let Some(constraint) = self.request.constraint.as_mut() else { return false };
+        if tokenizer.is_end_of_generation(token) {
+            return false;
+        }
+        self.token_bytes.clear();
+        tokenizer.append_token_bytes(token, &mut self.token_bytes);
+        constraint.refuses(&self.token_bytes)
+    }
+
+    /// The tokens a lazy constraint still waiting for its trigger takes: all but those it
+    /// refuses (`constraint_refuses`).
+    pub fn lazy_constraint_mask(&mut self) -> Result<Option<toktrie::SimpleVob>, String> {
+        self.request.constraint.as_mut().map(SequenceConstraint::lazy_mask).transpose()
+    }
+
     /// Handles a freshly sampled token, and under a constraint the tokens it forces after
     /// it; returns the finish reason if this ends the request, an error if the constraint
     /// broke.
@@ -419,8 +480,9 @@ impl Sequence {
         Some((predicted, first.saturating_duration_since(self.request.submitted).as_secs_f64() * 1000.0))
     }
 
-    /// Sends whatever text is held back (a constraint's output is complete).
-    fn flush_text(&mut self) {
+    /// Sends whatever text is held back (a constraint's output is complete, or could not go
+    /// on: the reply ends with what it had).
+    pub fn flush_text(&mut self) {
         if let Some((text, token_ids)) = self.text.finish() {
             self.send_text(text, token_ids);
         }
@@ -469,6 +531,11 @@ impl Sequence {
         None
     }
 
+    /// Its last `n` generated token ids (for a log line).
+    pub fn recent_tokens(&self, n: usize) -> &[TokenId] {
+        &self.generated_ids[self.generated_ids.len().saturating_sub(n)..]
+    }
+
     /// The tokens whose KV cells the slot holds: prompt, then generated, up to `cached`.
     pub fn kv_tokens(&self) -> impl Iterator<Item = TokenId> + '_ {
         let prompt = &self.request.prompt;
@@ -509,6 +576,15 @@ impl Sequence {
         let logprobs = self.unsent_logprobs.drain(..take).collect();
         // A failed send means the caller is gone; the scheduler reaps it before the next step.
         let _ = self.request.events.send(StreamEvent::Text { index: self.request.index, text, token_ids, logprobs });
+    }
+}
+
+/// The text stream a request's output goes through: its stop strings, streamed or not.
+fn text_stream(request: &PendingRequest) -> TextStream {
+    if request.include_stop_str {
+        TextStream::new(&request.stop).including_stops()
+    } else {
+        TextStream::new(&request.stop)
     }
 }
 

@@ -1,7 +1,7 @@
 //! The engine as a [`Backend`]: what the HTTP server sees of it.
 
 use rillm_backend::{
-    Backend, CacheLayout, GenerateRequest, Health, Prompt, Rejected, RequestStream, StatsSnapshot, TokenId,
+    Backend, CacheLayout, Constraint, GenerateRequest, Health, Prompt, Rejected, RequestStream, StatsSnapshot, TokenId,
     TokenizerInfo,
 };
 
@@ -37,6 +37,10 @@ impl Backend for Engine {
 
     fn context_length(&self) -> u32 {
         self.ctx_per_sequence()
+    }
+
+    fn check_constraint(&self, constraint: &Constraint) -> Result<(), Rejected> {
+        Engine::check_constraint(self, constraint)
     }
 
     fn stats(&self) -> StatsSnapshot {

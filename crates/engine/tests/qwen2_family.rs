@@ -29,7 +29,7 @@ fn finish(mut stream: rillm_engine::RequestStream) -> (Vec<u32>, rillm_engine::C
         match stream.blocking_next().expect("a final event") {
             StreamEvent::Text { token_ids, .. } => ids.extend(token_ids),
             StreamEvent::Finished(done) => return (ids, done),
-            StreamEvent::Prompt(_) => panic!("no prompt scores were asked for"),
+            other => panic!("neither prompt scores nor a restart were asked for: {other:?}"),
         }
     }
 }

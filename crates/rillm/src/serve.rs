@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rillm_engine::Engine;
-use rillm_server::{Backend, ConnectionLimits, ServerConfig, ToolCallFormat};
+use rillm_server::{Backend, ConnectionLimits, OutputOptions, SchemaReading, ServerConfig, ToolCallFormat};
 
 use crate::model_args::{engine_defaults, ModelArgs};
 
@@ -49,6 +49,16 @@ pub struct ServeArgs {
     /// chat template writes, else hermes.
     #[arg(long, value_parser = parse_tool_call_parser)]
     tool_call_parser: Option<ToolCallFormat>,
+    /// Read JSON Schemas (output formats and tools' parameters) to the letter: an object
+    /// without `additionalProperties` may then carry keys it does not name, an array items
+    /// beyond `prefixItems`. By default only what a schema names is generated, as vLLM's
+    /// xgrammar and llama.cpp do.
+    #[arg(long)]
+    literal_json_schemas: bool,
+    /// Keep a tool call identical (name and arguments) to one the reply already made, and
+    /// let the reply go on. By default the reply ends there, without the repeat.
+    #[arg(long)]
+    keep_repeated_calls: bool,
     /// Log prompt text. Off by default: prompts are user data.
     #[arg(long)]
     log_prompts: bool,
@@ -114,7 +124,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_body_bytes: args.max_body_bytes,
         sse_keep_alive: ServerConfig::default().sse_keep_alive,
         served_model_name: args.served_model_name,
-        tool_call_parser: args.tool_call_parser,
+        outputs: OutputOptions {
+            tool_call_parser: args.tool_call_parser,
+            schemas: if args.literal_json_schemas { SchemaReading::Literal } else { SchemaReading::Closed },
+            keep_repeated_calls: args.keep_repeated_calls,
+        },
         responses_store_bytes: args.responses_store_mib.saturating_mul(1 << 20),
         connections: ConnectionLimits {
             max_connections,

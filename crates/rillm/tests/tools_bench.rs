@@ -147,3 +147,41 @@ fn the_agent_loop_runs_over_the_responses_api() {
     assert_eq!(replayed["failed"], 0, "{}", replayed["limits"]);
     assert_eq!(replayed["tool_calls"]["later_rounds"], summary["later_rounds"], "{}", replayed["tool_calls"]);
 }
+
+/// `--final-schema`: every request also asks its answer in a schema, as the Agents SDK's
+/// typed agents do; each round calls tools or gives the typed answer, and a reply without
+/// calls is checked as the session's final answer. rillm answers every such request (it
+/// composes calls and the answer format in one grammar), every call valid, no call repeated,
+/// and every finished final answer schema-valid.
+#[test]
+fn a_final_schema_makes_replies_calls_or_a_typed_answer_and_each_is_checked() {
+    let _serial = serial();
+    let server = start_server(4096, &[]);
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/tools");
+    let (tools, schema) = (dir.join("tools.json"), dir.join("final-answer.json"));
+    let temp = tempfile::tempdir().expect("a temp dir");
+    let prompts = temp.path().join("agents.jsonl");
+    std::fs::write(
+        &prompts,
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"What's the weather in Lisbon?\"}], \"max_tokens\": 160}\n\
+         {\"messages\": [{\"role\": \"user\", \"content\": \"What is 1234 multiplied by 56?\"}], \"max_tokens\": 160}\n",
+    )
+    .unwrap();
+    for path in ["/v1/chat/completions", "/v1/responses"] {
+        let url = server.url(path);
+        let mut args = agent_loop(&url, &prompts, &tools, "2");
+        let choice = args.iter().position(|a| *a == "required").expect("a tool choice");
+        args[choice] = "auto";
+        args.extend(["--final-schema", schema.to_str().unwrap(), "--max-tool-rounds", "3"]);
+        let result = bench_result(&args, "agents-typed");
+        assert_eq!(result["failed"], 0, "{path}: {}", result["limits"]);
+        let calls = &result["tool_calls"];
+        let n = |k: &str| calls[k].as_u64().unwrap_or_else(|| panic!("{k} in {calls}"));
+        assert_eq!((n("valid"), n("repeated"), n("undeclared")), (n("calls"), 0, 0), "{path}: {calls}");
+        let answers = &result["structured_outputs"];
+        let a = |k: &str| answers[k].as_u64().unwrap_or_else(|| panic!("{k} in {answers}"));
+        assert!(a("finished") >= 1, "{path}: a session ended in its typed answer: {answers}");
+        assert_eq!(a("valid"), a("finished"), "{path}: {answers}");
+        assert!(result["run_context"]["workload"]["tools"]["final_schema"].is_object());
+    }
+}

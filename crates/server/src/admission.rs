@@ -8,12 +8,14 @@
 
 use std::time::Instant;
 
-use rillm_backend::{GenerateRequest, Rejected, RequestStream};
+use rillm_backend::{Backend, Constraint, GenerateRequest, Rejected, RequestStream};
 
 use crate::error::ApiError;
+use crate::fields::Fields;
 use crate::metrics;
 use crate::observe::{InFlight, RequestObserver};
 use crate::state::AppState;
+use crate::tools::{RepeatWatch, Verdict};
 
 pub struct Admitted {
     pub stream: RequestStream,
@@ -22,14 +24,30 @@ pub struct Admitted {
     pub observer: RequestObserver,
     /// Comment-line interval of its SSE response while no token comes.
     pub keep_alive: std::time::Duration,
+    /// With tools: ends a choice's generation once it repeats a call.
+    pub repeat_watch: Option<RepeatWatch>,
 }
 
-/// The request fields a rejection may be about.
-pub struct Fields {
-    /// Where the prompt came from: `prompt` or `messages`.
-    pub prompt: &'static str,
-    /// Where the output constraint came from (`response_format`, `structured_outputs.json`, ...).
-    pub constraint: Option<String>,
+impl Admitted {
+    /// Reads choice `index`'s new text for a repeated call: the choice ends at its first,
+    /// or, where it only repeats a call the conversation has the result of, is made again
+    /// as the answer.
+    pub fn watch(&mut self, index: u32, text: &str) {
+        let Some(watch) = self.repeat_watch.as_mut() else { return };
+        match watch.read(index, text) {
+            Verdict::GoOn => {}
+            Verdict::End if self.stream.end_choice(index) => metrics::record_repeated_call("ended"),
+            Verdict::Restart if self.stream.restart_choice(index) => metrics::record_repeated_call("restarted"),
+            Verdict::End | Verdict::Restart => {}
+        }
+    }
+
+    /// Choice `index` started again (`StreamEvent::Restarted`).
+    pub fn restarted(&mut self, index: u32) {
+        if let Some(watch) = self.repeat_watch.as_mut() {
+            watch.restarted(index);
+        }
+    }
 }
 
 pub async fn admit(
@@ -46,10 +64,16 @@ pub async fn admit(
     let submitted = if request.prompt.text_len() <= INLINE_PROMPT_BYTES && request.constraint.is_none() {
         backend.submit(request)
     } else {
+        let backend = backend.clone();
         off_runtime(move || backend.submit(request)).await?
     };
     let refuse = |rejected: Rejected| {
-        let error = rejection_error(&rejected, &fields);
+        let mut error = rejection_error(&rejected, &fields);
+        if matches!(rejected, Rejected::InvalidConstraint(_)) {
+            if let Some((param, part)) = refused_part(backend.as_ref(), &fields.constraint_parts) {
+                error = ApiError::invalid(param, part.to_string()).with_code("invalid_constraint");
+            }
+        }
         metrics::record_rejected(rejection_reason(&rejected));
         tracing::info!(endpoint, status = error.status.as_u16(), reason = %rejected, "request rejected");
         error
@@ -69,7 +93,13 @@ pub async fn admit(
         tracing::info!(id = stream.id(), endpoint, prompt = %prompt, "prompt");
     }
     let observer = RequestObserver::new(stream.id(), endpoint, &state.model_name(), received, state.in_flight.clone());
-    Ok(Admitted { stream, choices, observer, keep_alive: state.config.sse_keep_alive })
+    Ok(Admitted { stream, choices, observer, keep_alive: state.config.sse_keep_alive, repeat_watch: None })
+}
+
+/// The first of a composed constraint's parts that does not compile alone, with its field
+/// and the compiler's reason.
+fn refused_part(backend: &dyn Backend, parts: &[(String, Constraint)]) -> Option<(String, Rejected)> {
+    parts.iter().find_map(|(param, part)| backend.check_constraint(part).err().map(|e| (param.clone(), e)))
 }
 
 /// Prompts up to this size are tokenized in place (well under a millisecond).

@@ -8,6 +8,7 @@ mod admission;
 mod auth;
 mod connections;
 mod error;
+mod fields;
 mod finish;
 mod json;
 mod logprobs;
@@ -17,6 +18,8 @@ mod openai;
 mod responses;
 mod routes;
 mod sampling;
+mod schema_reading;
+mod shape;
 mod shutdown;
 mod sse;
 mod state;
@@ -38,6 +41,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 pub use connections::ConnectionLimits;
 pub use error::ApiError;
 pub use rillm_backend::{Backend, Health, ToolCallFormat};
+pub use schema_reading::SchemaReading;
 pub use state::{AppState, Phase};
 
 #[derive(Debug, Clone)]
@@ -58,8 +62,8 @@ pub struct ServerConfig {
     /// Model name reported and accepted; default: the model file's stem.
     pub served_model_name: Option<String>,
     pub connections: ConnectionLimits,
-    /// The tool-call format (vLLM's `--tool-call-parser`); `None`: the chat template's.
-    pub tool_call_parser: Option<rillm_backend::ToolCallFormat>,
+    /// How tool calls and JSON Schemas shape output.
+    pub outputs: OutputOptions,
     /// Memory for responses kept for `previous_response_id` (the Responses API's `store`);
     /// 0 keeps none.
     pub responses_store_bytes: usize,
@@ -76,10 +80,22 @@ impl Default for ServerConfig {
             sse_keep_alive: Duration::from_secs(15),
             served_model_name: None,
             connections: ConnectionLimits::default(),
-            tool_call_parser: None,
+            outputs: OutputOptions::default(),
             responses_store_bytes: 64 << 20,
         }
     }
+}
+
+/// How tool calls and JSON Schemas shape output.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OutputOptions {
+    /// The tool-call format (vLLM's `--tool-call-parser`); `None`: the chat template's.
+    pub tool_call_parser: Option<rillm_backend::ToolCallFormat>,
+    /// How JSON Schemas are read (`--literal-json-schemas`: to the letter).
+    pub schemas: SchemaReading,
+    /// A reply's call identical to one it already made is kept, and the reply goes on
+    /// (`--keep-repeated-calls`); by default the reply ends there without it.
+    pub keep_repeated_calls: bool,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -56,6 +56,15 @@ pub const STRUCTURED_CACHE_HITS: &str = "rillm_structured_cache_hits_total";
 /// Tokens generated under a constraint; of them, those jump-forward forced.
 pub const STRUCTURED_TOKENS: &str = "rillm_structured_tokens_total";
 pub const STRUCTURED_FORCED_TOKENS: &str = "rillm_structured_forced_tokens_total";
+/// Constrained replies that could not go on (an engine bug: each is logged at warn and
+/// ends with its text so far); samples drawn again because, before a lazy grammar's
+/// trigger (`tool_choice: auto`), the token would have opened the grammar and broken it.
+pub const STRUCTURED_FAILURES: &str = "rillm_structured_failures_total";
+/// Tool calls identical to one the reply made, or to one whose result the conversation
+/// holds, dropped (`--keep-repeated-calls` off); label `then`: the reply `ended` there, or
+/// `restarted` as the answer.
+pub const TOOL_CALLS_REPEATED: &str = "rillm_tool_calls_repeated_total";
+pub const STRUCTURED_RESAMPLES: &str = "rillm_structured_resamples_total";
 /// Speculative decoding, as vLLM names it: verified drafts, their tokens, those kept, and
 /// those kept by their place in the draft (label `position`).
 pub const SPEC_DRAFTS: &str = "vllm:spec_decode_num_drafts_total";
@@ -84,6 +93,9 @@ const COUNTERS: &[(&str, &str)] = &[
     (STRUCTURED_COMPILE_FAILURES, "Output constraints refused at compile time."),
     (STRUCTURED_CACHE_HITS, "Output constraints found compiled in the cache."),
     (STRUCTURED_TOKENS, "Tokens generated under an output constraint."),
+    (STRUCTURED_FAILURES, "Constrained replies that could not go on (logged at warn; the reply ends with its text)."),
+    (STRUCTURED_RESAMPLES, "Tokens sampled again: before a lazy grammar's trigger they would have broken it."),
+    (TOOL_CALLS_REPEATED, "Repeated tool calls dropped; the reply then ended, or restarted as the answer."),
     (STRUCTURED_FORCED_TOKENS, "Constrained tokens the grammar forced (fed without a decode step)."),
     (SPEC_DRAFTS, "Number of spec decoding drafts."),
     (SPEC_DRAFT_TOKENS, "Number of draft tokens."),
@@ -209,6 +221,8 @@ fn render_structured(model: &str, c: &rillm_backend::ConstraintSnapshot) {
         (STRUCTURED_CACHE_HITS, c.cache_hits),
         (STRUCTURED_TOKENS, c.constrained_tokens),
         (STRUCTURED_FORCED_TOKENS, c.forced_tokens),
+        (STRUCTURED_FAILURES, c.failures),
+        (STRUCTURED_RESAMPLES, c.resamples),
     ];
     set_counters(model, &counters);
     gauge!(STRUCTURED_COMPILE_SECONDS, "model_name" => model.to_string()).set(c.compile_micros as f64 / 1e6);
@@ -250,6 +264,12 @@ pub fn record_rejected(reason: &'static str) {
 
 pub fn record_disconnect() {
     counter!(DISCONNECTS).increment(1);
+}
+
+/// A reply repeated a call: the repeat was dropped, and the reply `then` ended there or
+/// (a call the conversation had the result of, and nothing else) restarted as the answer.
+pub fn record_repeated_call(then: &'static str) {
+    counter!(TOOL_CALLS_REPEATED, "then" => then).increment(1);
 }
 
 /// One request's metric handles, resolved once so the per-token path only records.

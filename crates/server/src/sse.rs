@@ -31,6 +31,12 @@ pub trait StreamFormat: Send + 'static {
     fn text(&mut self, index: u32, text: &str, token_ids: &[u32], logprobs: &[TokenLogprob]) -> Vec<Event>;
     /// Choice `done.index` ended.
     fn choice_done(&mut self, done: &Completion) -> Vec<Event>;
+    /// Choice `index` starts over (`StreamEvent::Restarted`): nothing of it was sent that
+    /// must be taken back (only a reply whose calls were all held back restarts), but what
+    /// is held back of it is void.
+    fn restarted(&mut self, index: u32) {
+        let _ = index;
+    }
     /// Every choice ended; `usage` is the whole request's.
     fn end(&mut self, usage: &Usage) -> Vec<Event> {
         let _ = usage;
@@ -94,7 +100,13 @@ pub fn sse_response(admitted: Admitted, format: impl StreamFormat) -> Response {
             Some(StreamEvent::Prompt(prompt)) => p.format.prompt(&prompt),
             Some(StreamEvent::Text { index, text, token_ids, logprobs }) => {
                 p.admitted.observer.on_tokens(token_ids.len());
+                p.admitted.watch(index, &text);
                 p.format.text(index, &text, &token_ids, &logprobs)
+            }
+            Some(StreamEvent::Restarted { index }) => {
+                p.admitted.restarted(index);
+                p.format.restarted(index);
+                Vec::new()
             }
             Some(StreamEvent::Finished(done)) => {
                 let mut events = p.format.choice_done(&done);
@@ -150,8 +162,15 @@ pub async fn collect(mut admitted: Admitted) -> Collected {
     let done = loop {
         match admitted.stream.next_event().await {
             Some(StreamEvent::Prompt(tokens)) => prompt = tokens,
+            Some(StreamEvent::Restarted { index }) => {
+                admitted.restarted(index);
+                if let Some(choice) = choices.get_mut(index as usize) {
+                    (choice.text, choice.logprobs) = (String::new(), Vec::new());
+                }
+            }
             Some(StreamEvent::Text { index, text, token_ids, logprobs }) => {
                 admitted.observer.on_tokens(token_ids.len());
+                admitted.watch(index, &text);
                 if let Some(choice) = choices.get_mut(index as usize) {
                     choice.text.push_str(&text);
                     choice.logprobs.extend(logprobs);

@@ -5,6 +5,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::error::ApiError;
 use crate::responses::ResponseStore;
+use crate::shape::ShapeRules;
 use crate::tools::ToolDialect;
 use crate::ServerConfig;
 use rillm_backend::Backend;
@@ -75,7 +76,17 @@ impl AppState {
     /// the one the chat template writes, else Hermes (see `tools::prompt`).
     pub fn tool_dialect(&self) -> ToolDialect {
         let template = self.backend().and_then(|b| b.chat_template_tools());
-        ToolDialect { format: self.config.tool_call_parser.or(template).unwrap_or_default(), template }
+        ToolDialect { format: self.config.outputs.tool_call_parser.or(template).unwrap_or_default(), template }
+    }
+
+    /// How this server composes a request's tools and answer format (`shape`).
+    pub fn shape_rules(&self) -> ShapeRules {
+        let outputs = &self.config.outputs;
+        ShapeRules {
+            call_format: self.tool_dialect().format,
+            schemas: outputs.schemas,
+            keep_repeated_calls: outputs.keep_repeated_calls,
+        }
     }
 
     /// The backend if new work may start now, else the 503 to send.

@@ -1,15 +1,14 @@
 //! Structured-output fields, in every spelling clients send: OpenAI's `response_format`,
 //! vLLM's `structured_outputs` and its older `guided_*` fields, llama.cpp's `json_schema`.
 //! All become one engine [`Constraint`]; a form rillm cannot honour is a 400 naming the
-//! field, never ignored, and so is a second constraint beside the first.
+//! field, never ignored, and so is a second constraint beside the first. Beside tools the
+//! constraint is composed with the calls in `shape`.
 
-use rillm_backend::{Constraint, GenerateRequest};
+use rillm_backend::Constraint;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::admission::Fields;
 use crate::error::ApiError;
-use crate::tools::{ToolChoice, ToolRequest};
 
 /// The constraint fields of a request body (flattened into each endpoint's body).
 #[derive(Debug, Default, Deserialize)]
@@ -88,31 +87,6 @@ impl ConstraintFields {
         }
         Ok(found.pop())
     }
-}
-
-/// An output constraint and callable tools cannot both shape one reply (tools under
-/// `tool_choice: none` leave the constraint alone): a 400 naming the constraint's field.
-pub fn refuse_beside_tools(
-    constraint: Option<&RequestedConstraint>,
-    tools: Option<&ToolRequest>,
-) -> Result<(), ApiError> {
-    match (constraint, tools.filter(|t| t.choice != ToolChoice::None)) {
-        (Some(c), Some(_)) => {
-            Err(ApiError::invalid(c.param.clone(), "an output constraint and `tools` cannot both shape the reply"))
-        }
-        _ => Ok(()),
-    }
-}
-
-/// Puts the constraint on the request; says which fields a rejection may name.
-pub fn constrain(
-    request: &mut GenerateRequest,
-    constraint: Option<RequestedConstraint>,
-    prompt: &'static str,
-) -> Fields {
-    let param = constraint.as_ref().map(|c| c.param.clone());
-    request.constraint = constraint.map(|c| c.constraint);
-    Fields { prompt, constraint: param }
 }
 
 fn present(value: Option<Value>) -> Option<Value> {

@@ -1,7 +1,8 @@
 //! The official `openai` Python SDK against a real server on loopback: the calls its users
 //! make (`chat.completions.parse()` with a pydantic model, streamed `json_schema`, chat and
 //! completions `logprobs`, prompt scoring and `n`, logit bias and penalties, tool loops, the
-//! Responses API; Agents SDK agents on chat and on its default, the Responses API), from
+//! Responses API; Agents SDK agents on chat and on its default, the Responses API, typed
+//! agents with tools and an `output_type`), from
 //! `tests/sdk/`. `scripts/test` installs the SDK into its venv and names the interpreter in
 //! `RILLM_TEST_PYTHON`; without the SDK the test says it skipped, unless `RILLM_REQUIRE_SDK`
 //! is set (CI), when it fails.
@@ -43,6 +44,11 @@ async fn tool_calls_through_the_openai_sdk_and_the_agents_sdk() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_responses_api_through_the_openai_sdk_and_the_agents_sdk_default_model() {
     run_script("responses.py").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_and_a_typed_answer_through_the_agents_sdk_and_the_openai_sdk() {
+    run_script("typed_agents.py").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

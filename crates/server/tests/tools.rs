@@ -6,8 +6,9 @@
 mod support;
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
-use rillm_server::{ServerConfig, ToolCallFormat};
+use rillm_server::{OutputOptions, ServerConfig, ToolCallFormat};
 use serde_json::{json, Value};
 use support::{read_sse, Options, TestServer};
 
@@ -155,7 +156,8 @@ async fn streamed_calls_reassemble_and_auto_replies_never_leak_markup() {
     let server = TestServer::start(opts()).await;
     for (choice, temperature) in [(json!("required"), 0.0), (json!("auto"), 0.0), (json!("auto"), 1.0)] {
         for ask in ["What's the weather in Paris?", "Add 2 and 40.", "Say hello."] {
-            let body = chat(ask, json!({"tool_choice": choice, "temperature": temperature, "stream": true}));
+            let body =
+                chat(ask, json!({"tool_choice": choice, "temperature": temperature, "seed": 11, "stream": true}));
             let (content, calls, finish) = streamed(&server, &body).await;
             // A call's markup never reaches the content (text that merely starts like it may).
             assert!(!content.contains("<tool_call>") && !content.contains("</tool_call>"), "{body}: {content:?}");
@@ -171,6 +173,99 @@ async fn streamed_calls_reassemble_and_auto_replies_never_leak_markup() {
             }
         }
     }
+}
+
+/// Streams `bodies` a few at a time until all are read or `limit` has passed; checks each
+/// reply (no error finish, no markup in content, every whole call valid) and returns how
+/// many were read and how many calls they made.
+async fn sampled_replies(server: &TestServer, bodies: impl Iterator<Item = Value>, limit: Duration) -> (usize, usize) {
+    let deadline = Instant::now() + limit;
+    let (mut replies, mut calls_made) = (0, 0);
+    let bodies: Vec<Value> = bodies.collect();
+    for batch in bodies.chunks(8) {
+        if Instant::now() > deadline {
+            break;
+        }
+        let results = futures::future::join_all(batch.iter().map(|body| streamed(server, body))).await;
+        for ((content, calls, finish), body) in results.into_iter().zip(batch) {
+            assert!(finish == "stop" || finish == "tool_calls" || finish == "length", "{body}: {finish} {content:?}");
+            assert!(!content.contains("<tool_call>"), "{body}: {content:?}");
+            if body.get("response_format").is_some() && finish == "stop" {
+                // Calls or the typed answer, never prose.
+                let answer: Result<Value, _> = serde_json::from_str(&content);
+                assert!(calls.is_empty() == answer.is_ok_and(|a| a.is_object()), "{body}: {content:?} {calls:?}");
+            }
+            for (_, name, arguments) in &calls[..whole_calls(&calls, &finish)] {
+                check_call(name, arguments, &["get_weather", "add", "search_flights"]);
+            }
+            calls_made += calls.len();
+            replies += 1;
+        }
+    }
+    (replies, calls_made)
+}
+
+/// Under `auto` the reply is free text until the call opener; a sampled token that
+/// completed the opener and carried bytes past it the call grammar refuses (`<tool_call`
+/// then `></`) used to end 1 reply in 30 with an error. Sampled replies, under `auto` alone
+/// and with an answer format beside the tools (calls or the typed answer), as many of 96
+/// each as 100 seconds allow: none ends in an error, and no constraint fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sampled_auto_replies_never_end_in_a_constraint_error() {
+    let server = TestServer::start(Options { max_running: 8, max_waiting: 16, ..opts() }).await;
+    let answer = json!({"type": "json_schema", "json_schema": {"name": "weather", "schema": {"type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 40}, "summary": {"type": "string", "maxLength": 80}},
+        "required": ["city", "summary"]}}});
+    for format in [None, Some(answer)] {
+        let bodies = (0..96).map(|seed| {
+            let mut extra =
+                json!({"tool_choice": "auto", "temperature": 1.0, "seed": seed, "stream": true, "max_tokens": 128});
+            if let Some(format) = &format {
+                extra["response_format"] = format.clone();
+            }
+            chat("What's the weather in Paris?", extra)
+        });
+        let (replies, calls) = sampled_replies(&server, bodies, Duration::from_secs(100)).await;
+        let resamples = server.metric("rillm_structured_resamples_total").await;
+        let with = if format.is_some() { "with an answer format" } else { "alone" };
+        eprintln!("{replies} sampled auto replies ({with}), {calls} calls, {resamples} tokens drawn again so far");
+        assert!(replies >= 32, "only {replies} replies in time");
+    }
+    assert_eq!(server.metric("rillm_structured_failures_total").await, 0.0);
+}
+
+/// The rare token made likely: a logit bias on `></` and on the opener's pieces, so replies
+/// open calls and meet `></` right after `<tool_call`. Each such token is drawn again
+/// (`rillm_structured_resamples_total` counts them), and every reply still ends cleanly
+/// with valid calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_that_would_break_a_call_opener_is_drawn_again() {
+    let server = TestServer::start(Options { max_running: 8, max_waiting: 16, ..opts() }).await;
+    let id = |text: &str| {
+        let server = &server;
+        let text = text.to_string();
+        async move {
+            let response = server.post("/tokenize", json!({"prompt": text, "add_special_tokens": false})).await;
+            let tokens: Value = response.json().await.expect("JSON");
+            assert_eq!(tokens["count"], 1, "{text:?} is one token: {tokens}");
+            tokens["tokens"][0].to_string()
+        }
+    };
+    let mut bias = serde_json::Map::new();
+    for (piece, weight) in [("></", 6), ("<", 3), ("tool", 3), ("call", 3)] {
+        bias.insert(id(piece).await, json!(weight));
+    }
+    let bodies = (0..24).map(|seed| {
+        let extra = json!({"tool_choice": "auto", "temperature": 1.0, "seed": seed, "stream": true, "max_tokens": 100,
+                           "logit_bias": bias});
+        chat("What's the weather in Paris?", extra)
+    });
+    let (replies, calls) = sampled_replies(&server, bodies, Duration::from_secs(300)).await;
+    let resamples = server.metric("rillm_structured_resamples_total").await;
+    eprintln!("{replies} replies biased toward `<tool_call></`: {calls} calls, {resamples} tokens drawn again");
+    assert_eq!(replies, 24);
+    assert!(resamples >= 1.0, "no reply met `></` after the opener: the test did not reach the path");
+    assert_eq!(server.metric("rillm_structured_failures_total").await, 0.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -230,7 +325,6 @@ async fn a_tool_loop_carries_results_back_and_bad_tool_input_is_a_400_naming_the
         ),
         (json!({"messages": user, "functions": [{"name": "f"}]}), "functions"),
         (json!({"messages": user, "function_call": "auto"}), "function_call"),
-        (json!({"messages": user, "tools": tools(), "response_format": {"type": "json_object"}}), "response_format"),
     ];
     let response = server.post("/generate", json!({"prompt": "x", "messages": user})).await;
     assert_eq!(response.status(), 400);
@@ -292,7 +386,8 @@ async fn a_template_that_writes_tools_is_given_them_and_its_calls_still_fit_the_
 async fn each_tool_call_format_is_asked_for_constrained_and_read_back() {
     let llama = include_str!("../../engine/tests/fixtures/llama3.1-instruct.jinja");
     let mistral = include_str!("../../engine/tests/fixtures/mistral-nemo-instruct.jinja");
-    let to_mistral = ServerConfig { tool_call_parser: Some(ToolCallFormat::Mistral), ..ServerConfig::default() };
+    let outputs = OutputOptions { tool_call_parser: Some(ToolCallFormat::Mistral), ..OutputOptions::default() };
+    let to_mistral = ServerConfig { outputs, ..ServerConfig::default() };
     let cases = [
         (
             Some(llama),

@@ -90,6 +90,18 @@ const METRICS: &[Metric] = &[
     },
     Metric { name: "tool calls", better: Better::Higher, digits: 0, get: |r| r.tool_calls.map(|c| c.calls as f64) },
     Metric {
+        name: "repeated tool calls",
+        better: Better::Lower,
+        digits: 0,
+        get: |r| r.tool_calls.map(|c| c.repeated as f64),
+    },
+    Metric {
+        name: "calls with undeclared keys",
+        better: Better::Lower,
+        digits: 0,
+        get: |r| r.tool_calls.map(|c| c.undeclared as f64),
+    },
+    Metric {
         name: "drafted tokens kept %",
         better: Better::Higher,
         digits: 1,

@@ -152,7 +152,8 @@ fn level_section(body: &mut String, r: &BenchResult, is_knee: bool) {
     card(body, "prefix-cache hit", &num(r.tokens.prefix_cache_hit_pct, 1).replace("n/a", "not reported"), false);
     if let Some(s) = &r.structured_outputs {
         let valid = format!("{} of {} ({} %)", s.valid, s.finished, num(s.valid_pct_of_finished, 1));
-        card(body, "valid outputs (finished)", &valid, s.valid < s.finished);
+        let what = if r.tool_calls.is_some() { "valid final answers (finished)" } else { "valid outputs (finished)" };
+        card(body, what, &valid, s.valid < s.finished);
         card(body, "valid outputs a second", &num(r.valid_outputs_per_s(), 3), false);
         card(body, "cut by max_tokens", &s.cut_by_length.to_string(), s.cut_by_length > 0);
     }
@@ -160,6 +161,8 @@ fn level_section(body: &mut String, r: &BenchResult, is_knee: bool) {
         let valid = format!("{} of {} ({} %)", c.valid, c.calls, num(c.valid_pct, 1));
         card(body, "valid tool calls", &valid, c.valid < c.calls);
         card(body, "replies with calls", &format!("{} of {}", c.replies_with_calls, c.replies), false);
+        let wrong = format!("{} repeated, {} undeclared keys", c.repeated, c.undeclared);
+        card(body, "calls repeated or off-schema", &wrong, c.repeated + c.undeclared > 0);
         card(body, "TTFT p50, tool rounds 2+", &num(c.ttft_p50_later_rounds_ms, 1), false);
     }
     if let Some(s) = r.speculation.filter(|s| s.drafts > 0) {

@@ -67,9 +67,11 @@ pub fn summary(levels: &[BenchResult]) -> String {
             t.requests_reporting_cached_tokens
         );
         if let Some(s) = &r.structured_outputs {
+            // Beside tools, the checked outputs are the replies without calls: typed answers.
+            let what = if r.tool_calls.is_some() { "final answers" } else { "structured outputs" };
             let _ = writeln!(
                 out,
-                "  structured outputs: {} of {} finished outputs valid ({}, {:.3} a second), {} parse; {} cut by max_tokens, {} completed in all",
+                "  {what}: {} of {} finished outputs valid ({}, {:.3} a second), {} parse; {} cut by max_tokens, {} completed in all",
                 s.valid,
                 s.finished,
                 opt(s.valid_pct_of_finished, " %"),
@@ -82,12 +84,14 @@ pub fn summary(levels: &[BenchResult]) -> String {
         if let Some(c) = &r.tool_calls {
             let _ = writeln!(
                 out,
-                "  tool calls: {} of {} calls valid ({}; {} parse, {} allowed names; {} more cut by max_tokens) in {} of {} replies; {} replies to tool results; TTFT p50 first round {}, later rounds {}",
+                "  tool calls: {} of {} calls valid ({}; {} parse, {} allowed names; {} repeat a call of their reply, {} carry undeclared keys; {} more cut by max_tokens) in {} of {} replies; {} replies to tool results; TTFT p50 first round {}, later rounds {}",
                 c.valid,
                 c.calls,
                 opt(c.valid_pct, " %"),
                 c.parsed,
                 c.allowed,
+                c.repeated,
+                c.undeclared,
                 c.cut,
                 c.replies_with_calls,
                 c.replies,

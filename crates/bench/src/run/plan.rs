@@ -83,9 +83,10 @@ impl LevelPlan {
         record.index = index;
         record.target = to;
         record.prompt_tokens = record.prompt_tokens.or(spec.prompt_tokens);
-        if let Some(constraint) =
-            spec.constraint.as_ref().filter(|_| record.status == crate::run::client::Status::Completed)
-        {
+        // A reply that called tools is no answer: only one without calls is checked (with
+        // `--final-schema` beside tools, the typed final answer).
+        let answered = record.status == crate::run::client::Status::Completed && record.tool_calls.is_empty();
+        if let Some(constraint) = spec.constraint.as_ref().filter(|_| answered) {
             record.output_check = Some(constraint.check(&record.text));
         }
         if let Some(tools) = spec.tools(&self.body).filter(|_| record.status == crate::run::client::Status::Completed) {

@@ -156,7 +156,9 @@ async fn play(
         // Tool workloads: the turn, then a round per reply that calls tools, up to the limit.
         let rounds = plan.body.tools.as_ref().map_or(1, |tools| tools.max_rounds);
         for round in 1..=rounds {
-            let spec = RequestSpec::new(PromptSpec::Messages(history.clone()), turn.max_tokens);
+            let mut spec = RequestSpec::new(PromptSpec::Messages(history.clone()), turn.max_tokens);
+            // `--final-schema`: every round may call tools or give the typed answer.
+            spec.constraint = plan.body.tools.as_ref().and_then(|t| t.final_answer.clone());
             if let Some(recorder) = &plan.save_sessions {
                 recorder.save(&session.id, &spec, plan.body.tools.as_deref());
             }

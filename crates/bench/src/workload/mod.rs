@@ -132,7 +132,7 @@ pub fn with_tools(mut built: Built, path: &std::path::Path, tools: &crate::workl
     }
     built.description["tools"] = json!({"source": path.display().to_string(), "sha256": crate::sha256_file(path),
         "count": tools.tools.len(), "tool_choice": tools.tool_choice, "result_tokens": tools.result_tokens,
-        "max_rounds": tools.max_rounds});
+        "max_rounds": tools.max_rounds, "final_schema": tools.final_answer.as_ref().map(|f| f.schema())});
     built
 }
 

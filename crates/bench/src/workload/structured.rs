@@ -166,23 +166,23 @@ fn load_schemas(dir: &Path) -> Result<Vec<Arc<OutputConstraint>>, String> {
     if paths.is_empty() {
         return Err(format!("--schemas {}: no .json files", dir.display()));
     }
-    paths
-        .iter()
-        .map(|path| {
-            let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            let schema: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-            let validator = jsonschema::options()
-                .should_validate_formats(true)
-                .build(&schema)
-                .map_err(|e| format!("{}: not a valid JSON Schema: {e}", path.display()))?;
-            let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-            let description = schema["description"].as_str().or(schema["title"].as_str()).unwrap_or(&name).to_string();
-            let mut c = OutputConstraint::new(name, ResponseFormat::JsonSchema, description);
-            c.schema = Some(schema);
-            c.validator = Some(validator);
-            Ok(Arc::new(c))
-        })
-        .collect()
+    paths.iter().map(|path| schema_file(path)).collect()
+}
+
+/// One JSON Schema file, named by its stem, with a validator.
+pub fn schema_file(path: &Path) -> Result<Arc<OutputConstraint>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let schema: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let validator = jsonschema::options()
+        .should_validate_formats(true)
+        .build(&schema)
+        .map_err(|e| format!("{}: not a valid JSON Schema: {e}", path.display()))?;
+    let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let description = schema["description"].as_str().or(schema["title"].as_str()).unwrap_or(&name).to_string();
+    let mut c = OutputConstraint::new(name, ResponseFormat::JsonSchema, description);
+    c.schema = Some(schema);
+    c.validator = Some(validator);
+    Ok(Arc::new(c))
 }
 
 /// The level's check of constrained outputs, over requests that completed.

@@ -2,15 +2,19 @@
 //! When a reply calls some, the next round sends the assistant's calls and a result of
 //! `--tool-result-tokens` tokens for each, up to `--max-tool-rounds` rounds; then the
 //! conversation goes on with its next user turn. Every call is checked: a name among the
-//! tools, arguments that parse and validate against that tool's `parameters`.
+//! tools, arguments that parse and validate against that tool's `parameters`, keys the
+//! parameters do not declare, and calls identical to an earlier one of the same reply.
+//! With `--final-schema` every request also asks for its answer in a schema: a reply
+//! without calls is the session's typed answer, checked as structured outputs are.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::workload::structured::OutputConstraint;
 use crate::BenchError;
 
 /// One call as the stream delivered it.
@@ -72,6 +76,12 @@ pub struct CallCheck {
     /// counted in `calls`, and not sent back.
     #[serde(default)]
     pub cut: u32,
+    /// Calls identical (name, arguments as JSON) to an earlier call of the same reply.
+    #[serde(default)]
+    pub repeated: u32,
+    /// Calls whose arguments carry keys their tool's `parameters` do not declare.
+    #[serde(default)]
+    pub undeclared: u32,
 }
 
 /// The tools every request offers, and how the benchmark answers their calls.
@@ -80,7 +90,11 @@ pub struct ToolSet {
     pub tool_choice: Value,
     pub result_tokens: usize,
     pub max_rounds: u32,
+    /// `--final-schema`: what a reply without calls must be.
+    pub final_answer: Option<Arc<OutputConstraint>>,
     validators: HashMap<String, jsonschema::Validator>,
+    /// Each tool's declared argument names, where its parameters name them.
+    declared: HashMap<String, HashSet<String>>,
 }
 
 impl std::fmt::Debug for ToolSet {
@@ -108,7 +122,7 @@ impl ToolSet {
 
     /// A recorded request's own tools and `tool_choice` (as the request sent them).
     pub fn new(tools: Vec<Value>, tool_choice: Value, result_tokens: usize, max_rounds: u32) -> Result<Self, String> {
-        let mut validators = HashMap::new();
+        let (mut validators, mut declared) = (HashMap::new(), HashMap::new());
         for (i, tool) in tools.iter().enumerate() {
             let name = tool["function"]["name"].as_str().ok_or_else(|| format!("tool {i} has no function.name"))?;
             let schema = tool["function"].get("parameters").cloned().unwrap_or_else(|| json!({"type": "object"}));
@@ -117,8 +131,21 @@ impl ToolSet {
                 .build(&schema)
                 .map_err(|e| format!("tool `{name}`: {e}"))?;
             validators.insert(name.to_string(), validator);
+            if let Some(properties) = schema["properties"].as_object() {
+                declared.insert(name.to_string(), properties.keys().cloned().collect());
+            }
         }
-        Ok(Self { tools, tool_choice, result_tokens, max_rounds: max_rounds.max(1), validators })
+        let max_rounds = max_rounds.max(1);
+        Ok(Self { tools, tool_choice, result_tokens, max_rounds, final_answer: None, validators, declared })
+    }
+
+    /// `tools`, each request also asking its answer in the JSON Schema of `path`.
+    pub fn answering_in(tools: Arc<Self>, path: &Path) -> Result<Arc<Self>, BenchError> {
+        let answer = crate::workload::structured::schema_file(path)
+            .map_err(|e| BenchError::Args(format!("--final-schema {e}")))?;
+        let mut tools = Arc::try_unwrap(tools).map_err(|_| BenchError::Args("--final-schema: tools in use".into()))?;
+        tools.final_answer = Some(answer);
+        Ok(Arc::new(tools))
     }
 
     /// The body fields that offer the tools.
@@ -131,7 +158,8 @@ impl ToolSet {
         let cut = u32::from(cut_by_length && calls.pop().is_some());
         let named = self.tool_choice["function"]["name"].as_str();
         let mut check = CallCheck { calls: calls.len() as u32, cut, ..CallCheck::default() };
-        for call in calls {
+        let mut seen: Vec<(&str, Value)> = Vec::new();
+        for call in calls.iter() {
             let validator = self.validators.get(&call.name).filter(|_| named.is_none_or(|n| n == call.name));
             let arguments = serde_json::from_str::<Value>(&call.arguments).ok().filter(Value::is_object);
             check.allowed += u32::from(validator.is_some());
@@ -139,6 +167,13 @@ impl ToolSet {
             if let (Some(validator), Some(arguments)) = (validator, &arguments) {
                 check.valid += u32::from(validator.is_valid(arguments));
             }
+            let Some(arguments) = arguments else { continue };
+            let keys = arguments.as_object().into_iter().flat_map(|o| o.keys());
+            let declared = self.declared.get(&call.name);
+            check.undeclared += u32::from(declared.is_some_and(|d| keys.clone().any(|k| !d.contains(k))));
+            let key = (call.name.as_str(), arguments);
+            check.repeated += u32::from(seen.contains(&key));
+            seen.push(key);
         }
         check
     }
@@ -180,6 +215,11 @@ pub struct ToolCallSummary {
     /// Calls `max_tokens` cut short, apart.
     #[serde(default)]
     pub cut: u64,
+    /// Calls that repeat an earlier one of their reply, and calls with undeclared keys.
+    #[serde(default)]
+    pub repeated: u64,
+    #[serde(default)]
+    pub undeclared: u64,
     /// Valid calls of all calls made, in percent.
     pub valid_pct: Option<f64>,
     /// Completed requests that were a second or later round (a reply to tool results).
@@ -210,6 +250,8 @@ impl ToolCallSummary {
             s.allowed += u64::from(check.allowed);
             s.valid += u64::from(check.valid);
             s.cut += u64::from(check.cut);
+            s.repeated += u64::from(check.repeated);
+            s.undeclared += u64::from(check.undeclared);
             s.later_rounds += usize::from(round > 1);
         }
         s.valid_pct = (s.calls > 0).then(|| 100.0 * s.valid as f64 / s.calls as f64);
@@ -246,9 +288,10 @@ mod tests {
         let set = ToolSet::load(&path, "required", 40, 3).expect("loads");
         calls.push(ToolCall { id: "c".into(), name: "rm".into(), arguments: "{}".into() });
         let check = set.check(&mut calls.clone(), false);
-        assert_eq!(check, CallCheck { calls: 3, parsed: 3, allowed: 2, valid: 1, cut: 0 });
+        assert_eq!(check, CallCheck { calls: 3, parsed: 3, allowed: 2, valid: 1, ..CallCheck::default() });
         let mut cut = calls.clone();
-        assert_eq!(set.check(&mut cut, true), CallCheck { calls: 2, parsed: 2, allowed: 2, valid: 1, cut: 1 });
+        let expected = CallCheck { calls: 2, parsed: 2, allowed: 2, valid: 1, cut: 1, ..CallCheck::default() };
+        assert_eq!(set.check(&mut cut, true), expected);
         assert_eq!(cut.len(), 2, "the cut call is not sent back");
         let next = set.round_messages("", &calls[..1], 1);
         assert_eq!(next[0]["tool_calls"][0]["function"]["name"], "add");
@@ -260,5 +303,29 @@ mod tests {
         assert_eq!((summary.ttft_p50_first_round_ms, summary.ttft_p50_later_rounds_ms), (Some(10.0), Some(4.0)));
         assert_eq!((summary.replies, summary.replies_with_calls, summary.later_rounds), (2, 1, 1));
         assert_eq!(summary.valid_pct.map(|p| p.round()), Some(33.0));
+    }
+
+    #[test]
+    fn repeated_calls_and_undeclared_keys_are_counted() {
+        let tools = json!([{"type": "function", "function": {"name": "add", "parameters": {"type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}},
+            {"type": "function", "function": {"name": "free", "parameters": {"type": "object"}}}]);
+        let path = crate::workload::test_file("tools.json", &tools.to_string());
+        let set = ToolSet::load(&path, "required", 40, 3).expect("loads");
+        let call = |name: &str, arguments: &str| ToolCall {
+            id: String::new(),
+            name: name.into(),
+            arguments: arguments.into(),
+        };
+        let mut calls = vec![
+            call("add", "{\"a\": 1, \"b\": 2}"),
+            call("add", "{\"b\": 2, \"a\": 1}"),
+            call("add", "{\"a\": 1, \"type\": \"function\"}"),
+            call("free", "{\"anything\": 1}"),
+        ];
+        let check = set.check(&mut calls, false);
+        assert_eq!((check.repeated, check.undeclared), (1, 1), "{check:?}");
+        let summary = ToolCallSummary::of([(check, 1, None), (check, 2, None)].into_iter()).expect("a summary");
+        assert_eq!((summary.repeated, summary.undeclared), (2, 2));
     }
 }

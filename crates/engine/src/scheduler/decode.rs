@@ -69,7 +69,16 @@ fn sample_and_accept(
     ctx: &DecodeContext,
 ) -> Result<(TokenId, Option<FinishReason>), String> {
     let mask = seq.constraint_mask()?;
-    let token = logits.sample(row, mask.as_ref(), seq.logit_adjust.as_ref());
+    let mut token = logits.sample(row, mask.as_ref(), seq.logit_adjust.as_ref());
+    if seq.constraint_refuses(token, ctx.tokenizer) {
+        // Free text before a lazy grammar's trigger has no mask, and this token would open
+        // the grammar and break it: drawn again among the tokens that would not. (Rejecting
+        // and drawing again samples from the distribution without those tokens, as a mask
+        // would.) A request never fails on a token the server let the model sample.
+        let lazy = seq.lazy_constraint_mask()?;
+        token = logits.sample(row, lazy.as_ref(), seq.logit_adjust.as_ref());
+        ctx.counters.record_resample();
+    }
     if let Some(top) = seq.request.logprobs {
         let (logprob, top) = logits.logprobs(row, token, top as usize);
         seq.note_logprob(token_logprob(ctx.tokenizer, token, logprob, top));

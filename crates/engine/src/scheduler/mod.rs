@@ -171,11 +171,17 @@ impl<E: Executor> Scheduler<E> {
         self.close_gap();
     }
 
-    /// Frees sequences and queue entries whose caller dropped the stream.
+    /// Frees sequences and queue entries whose caller dropped the stream, and ends the
+    /// choices it ended early (as a stop string would: `stop`, usage counted).
     fn reap_cancelled(&mut self) {
         for slot in 0..self.slots.len() {
-            if self.slots[slot].as_ref().is_some_and(|s| s.request.is_cancelled()) {
+            let Some(seq) = self.slots[slot].as_ref() else { continue };
+            if seq.request.is_cancelled() {
                 self.release(slot, FinishReason::Cancelled, None);
+            } else if seq.request.is_ended_early() && !seq.is_prefilling() {
+                self.release(slot, FinishReason::Stop, None);
+            } else if seq.request.take_restart() {
+                self.restart(slot);
             }
         }
         for request in self.queue.remove_where(PendingRequest::is_cancelled) {
@@ -388,7 +394,7 @@ impl<E: Executor> Scheduler<E> {
                         continue;
                     }
                     Err(error) => {
-                        self.release(slot, FinishReason::Error, Some(error));
+                        self.end_at_constraint_failure(slot, error);
                         continue;
                     }
                 }
@@ -414,9 +420,34 @@ impl<E: Executor> Scheduler<E> {
             match decoded {
                 Ok(None) => {}
                 Ok(Some(reason)) => self.release(slot, reason, None),
-                Err(error) => self.release(slot, FinishReason::Error, Some(error)),
+                Err(error) => self.end_at_constraint_failure(slot, error),
             }
         }
+    }
+
+    /// Starts a sequence's output again under its constraint's restart (its caller asked):
+    /// the cells of what it generated go, the prompt's stay.
+    fn restart(&mut self, slot: usize) {
+        let ctx_limit = self.executor.ctx_per_sequence();
+        let Some(seq) = self.slots[slot].as_mut() else { return };
+        if let Some(keep) = seq.restart(ctx_limit) {
+            self.executor.truncate_sequence(slot, keep);
+            tracing::debug!(id = seq.request.id, index = seq.request.index, "output restarted");
+        }
+    }
+
+    /// A constrained output that cannot go on (only the constraint fails there). Every token
+    /// a sequence takes passed its grammar's mask or the lazy check first, so this is an
+    /// engine bug: logged with the grammar's message (it names the tokens), counted, and
+    /// the reply ends as cleanly as it can: the text so far, `stop`, no opaque error.
+    fn end_at_constraint_failure(&mut self, slot: usize, error: String) {
+        self.stats.constraints.record_failure();
+        if let Some(seq) = self.slots[slot].as_mut() {
+            let recent = seq.recent_tokens(16);
+            tracing::warn!(id = seq.request.id, generated = seq.generated, ?recent, %error, "constraint failed; the reply ends here");
+            seq.flush_text();
+        }
+        self.release(slot, FinishReason::Stop, None);
     }
 
     fn release(&mut self, slot: usize, reason: FinishReason, error: Option<String>) {

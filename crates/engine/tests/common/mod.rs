@@ -39,7 +39,7 @@ pub fn collect(mut stream: RequestStream) -> (String, Vec<u32>, Completion) {
                 ids.extend(token_ids);
             }
             StreamEvent::Finished(done) => return (text, ids, done),
-            StreamEvent::Prompt(_) => panic!("no prompt scores were asked for"),
+            other => panic!("neither prompt scores nor a restart were asked for: {other:?}"),
         }
     }
     panic!("stream ended without a Finished event");

@@ -232,6 +232,13 @@ impl StreamFormat for ResponsesFormat {
         events.into_iter().flat_map(|event| self.tool_event(event)).collect()
     }
 
+    fn restarted(&mut self, _index: u32) {
+        if let Some(parser) = self.parser.as_mut() {
+            parser.start_over();
+        }
+        self.held_logprobs.clear();
+    }
+
     fn choice_done(&mut self, done: &Completion) -> Vec<Event> {
         let rest = self.parser.as_mut().map(ToolCallParser::finish).unwrap_or_default();
         let mut events: Vec<Event> = rest.into_iter().flat_map(|event| self.tool_event(event)).collect();

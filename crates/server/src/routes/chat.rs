@@ -5,7 +5,7 @@ use std::time::Instant;
 use axum::extract::State;
 use axum::response::sse::Event;
 use axum::response::Response;
-use rillm_backend::{ChatOptions, Completion, FinishReason, Prompt, TokenLogprob, ToolCallFormat, Usage};
+use rillm_backend::{ChatOptions, Completion, FinishReason, Prompt, TokenLogprob, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -17,10 +17,13 @@ use crate::openai::{
     openai_finish_reason, respond, usage_json, GenerationParams, ResponseMeta, SamplingFields, StopFields, StopInput,
     StreamOptions,
 };
+use crate::shape::OutputShape;
 use crate::sse::{json_event, CollectedChoice, StreamFormat};
 use crate::state::AppState;
-use crate::structured::{constrain, refuse_beside_tools, refuse_unknown_fields, ConstraintFields};
-use crate::tools::{self, HistoryCall, HistoryMessage, ToolCallParser, ToolDialect, ToolEvent, ToolRequest};
+use crate::structured::{refuse_unknown_fields, ConstraintFields};
+use crate::tools::{
+    self, CallReading, HistoryCall, HistoryMessage, ToolCallParser, ToolDialect, ToolEvent, ToolRequest,
+};
 
 #[derive(Debug, Deserialize)]
 pub struct ChatBody {
@@ -93,7 +96,17 @@ pub(crate) fn render(
     dialect: ToolDialect,
     chat_options: ChatOptions,
 ) -> Result<Prompt, ApiError> {
-    let mut prompt = tools::render_prompt(history(input)?, tools, dialect)?;
+    render_history(history(input)?, tools, dialect, chat_options)
+}
+
+/// `render`, from the messages already read.
+fn render_history(
+    history: Vec<HistoryMessage>,
+    tools: Option<&ToolRequest>,
+    dialect: ToolDialect,
+    chat_options: ChatOptions,
+) -> Result<Prompt, ApiError> {
+    let mut prompt = tools::render_prompt(history, tools, dialect)?;
     if let Prompt::Chat { options, .. } = &mut prompt {
         *options = chat_options;
     }
@@ -199,12 +212,11 @@ pub async fn chat_completions(
     refuse_unknown_fields(&body.other)?;
     let stream_usage = StreamOptions::usage(body.stream_options, body.stream)?;
     let tools = ToolRequest::from_fields(body.tools, body.tool_choice, body.parallel_tool_calls)?;
-    let constraint = body.constraints.into_constraint()?;
-    refuse_beside_tools(constraint.as_ref(), tools.as_ref())?;
-    let dialect = state.tool_dialect();
+    let shape = OutputShape::new(tools, body.constraints.into_constraint()?, state.shape_rules());
     let options = chat_options(body.add_generation_prompt, body.continue_final_message, body.chat_template_kwargs)?;
-    let prompt = render(body.messages, tools.as_ref(), dialect, options)?;
-    let format = dialect.format;
+    let history = history(body.messages)?;
+    let shape = shape.after_results(tools::answered_calls(&history));
+    let prompt = render_history(history, shape.tools(), state.tool_dialect(), options)?;
     let (max_tokens, max_tokens_param) = match (body.max_completion_tokens, body.max_tokens) {
         (Some(n), _) => (Some(n), "max_completion_tokens"),
         (None, n) => (n, "max_tokens"),
@@ -224,23 +236,15 @@ pub async fn chat_completions(
     }
     .into_request(prompt)?;
     request.logprobs = logprobs;
-    let mut fields = constrain(&mut request, constraint, "messages");
-    if let Some(tools) = &tools {
-        // Every call the reply makes parses and fits its function's schema.
-        request.constraint = Some(tools::constraint(tools, format));
-        fields.constraint = Some("tools".into());
-    }
-    let admitted = admit(&state, "chat", fields, request, received).await?;
+    // Every call the reply makes parses and fits its function's schema; an answer, its format.
+    let fields = shape.apply(&mut request, "messages");
+    let mut admitted = admit(&state, "chat", fields, request, received).await?;
     let meta = ResponseMeta::new("chatcmpl", &admitted, &state, stream_usage);
-    let parsers = tools.is_some().then(|| (0..admitted.choices).map(|i| call_parser(&meta.id, i, format)).collect());
-    let format = ChatFormat {
-        meta,
-        logprobs: logprobs.is_some(),
-        token_names,
-        choices: admitted.choices,
-        parsers,
-        tool_format: format,
-    };
+    let reading = shape.call_reading();
+    admitted.repeat_watch = reading.as_ref().and_then(|r| r.repeat_watch(admitted.choices));
+    let parsers = reading.as_ref().map(|r| (0..admitted.choices).map(|i| call_parser(&meta.id, i, r)).collect());
+    let format =
+        ChatFormat { meta, logprobs: logprobs.is_some(), token_names, choices: admitted.choices, parsers, reading };
     respond(admitted, format, body.stream, |f, whole| {
         let choices: Vec<Value> = whole
             .choices
@@ -248,8 +252,8 @@ pub async fn chat_completions(
             .map(|choice| {
                 let mut message = json!({"role": "assistant", "content": choice.text});
                 let mut reason = openai_finish_reason(choice.done.finish_reason);
-                if f.parsers.is_some() {
-                    (message, reason) = message_with_calls(&f.meta.id, choice, f.tool_format);
+                if let Some(reading) = &f.reading {
+                    (message, reason) = message_with_calls(&f.meta.id, choice, reading);
                 }
                 json!({
                     "index": choice.done.index,
@@ -274,21 +278,21 @@ struct ChatFormat {
     choices: u32,
     /// With tools: each choice's text read for calls.
     parsers: Option<Vec<ToolCallParser>>,
-    /// The format calls are read in.
-    tool_format: ToolCallFormat,
+    /// How calls are read back, with tools.
+    reading: Option<CallReading>,
 }
 
 /// Call ids unique to the response and choice: `call_<response>_<choice>_<call>`.
-fn call_parser(response_id: &str, choice: u32, format: ToolCallFormat) -> ToolCallParser {
+fn call_parser(response_id: &str, choice: u32, reading: &CallReading) -> ToolCallParser {
     let response = response_id.strip_prefix("chatcmpl-").unwrap_or(response_id);
-    ToolCallParser::new(format!("call_{response}_{choice}_"), format)
+    reading.parser(format!("call_{response}_{choice}_"))
 }
 
 /// A whole reply read for calls: its message and finish reason. A call `max_tokens` cut
 /// short is not a call (`finish_reason` says `length`; streamed, its fragments went out as
 /// they came), and call markup is never content.
-fn message_with_calls(response_id: &str, choice: &CollectedChoice, format: ToolCallFormat) -> (Value, &'static str) {
-    let mut parser = call_parser(response_id, choice.done.index, format);
+fn message_with_calls(response_id: &str, choice: &CollectedChoice, reading: &CallReading) -> (Value, &'static str) {
+    let mut parser = call_parser(response_id, choice.done.index, reading);
     let mut events = parser.push(&choice.text);
     events.extend(parser.finish());
     let content: String =
@@ -392,6 +396,12 @@ impl StreamFormat for ChatFormat {
                 .collect();
         }
         calls.into_iter().map(|event| self.call_chunk(index, event, logprobs.take())).collect()
+    }
+
+    fn restarted(&mut self, index: u32) {
+        if let Some(parser) = self.parsers.as_mut().and_then(|p| p.get_mut(index as usize)) {
+            parser.start_over();
+        }
     }
 
     fn choice_done(&mut self, done: &Completion) -> Vec<Event> {

@@ -17,9 +17,10 @@ use crate::openai::{
     openai_finish_reason, reject_if, respond, usage_json, GenerationParams, ResponseMeta, SamplingFields, StopFields,
     StopInput, StreamOptions,
 };
+use crate::shape::OutputShape;
 use crate::sse::{json_event, StreamFormat};
 use crate::state::AppState;
-use crate::structured::{constrain, refuse_unknown_fields, ConstraintFields};
+use crate::structured::{refuse_unknown_fields, ConstraintFields};
 
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
@@ -108,7 +109,8 @@ pub async fn completions(
     reject_if(body.best_of.is_some_and(|b| b != 1), "best_of")?;
     refuse_unknown_fields(&body.other)?;
     let stream_usage = StreamOptions::usage(body.stream_options, body.stream)?;
-    let constraint = body.constraints.into_constraint()?;
+    // Completions take no tools: the shape is the answer format alone.
+    let shape = OutputShape::new(None, body.constraints.into_constraint()?, state.shape_rules());
     let prompt = body.prompt.into_prompt()?;
     let echo = match (body.echo, logprobs) {
         (false, _) => Echo::Off,
@@ -134,7 +136,7 @@ pub async fn completions(
     if matches!(echo, Echo::Scored) {
         request.prompt_logprobs = logprobs;
     }
-    let fields = constrain(&mut request, constraint, "prompt");
+    let fields = shape.apply(&mut request, "prompt");
     let admitted = admit(&state, "completions", fields, request, received).await?;
     let meta = ResponseMeta::new("cmpl", &admitted, &state, stream_usage);
     let text_offset = vec![0; admitted.choices as usize];

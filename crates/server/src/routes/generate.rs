@@ -16,9 +16,10 @@ use crate::admission::admit;
 use crate::error::ApiError;
 use crate::json::JsonBody;
 use crate::openai::{usage_json, GenerationParams, SamplingFields, StopFields, StopInput};
+use crate::shape::OutputShape;
 use crate::sse::{json_event, sse_response, StreamFormat};
 use crate::state::AppState;
-use crate::structured::{constrain, refuse_beside_tools, ConstraintFields};
+use crate::structured::ConstraintFields;
 use crate::tools::{self, ToolCallParser, ToolRequest};
 
 #[derive(Debug, Deserialize)]
@@ -72,17 +73,16 @@ pub async fn generate(
         (n, _) => (n, "max_tokens"),
     };
     let tools = ToolRequest::from_fields(body.tools, body.tool_choice, body.parallel_tool_calls)?;
+    let shape = OutputShape::new(tools, body.constraints.into_constraint()?, state.shape_rules());
     let dialect = state.tool_dialect();
     let prompt = match body.messages {
-        Some(messages) => crate::routes::chat::render(messages, tools.as_ref(), dialect, Default::default())?,
-        None if tools.is_some() => {
-            tools::render_prompt(vec![tools::HistoryMessage::user(body.prompt)], tools.as_ref(), dialect)?
+        Some(messages) => crate::routes::chat::render(messages, shape.tools(), dialect, Default::default())?,
+        None if shape.tools().is_some() => {
+            tools::render_prompt(vec![tools::HistoryMessage::user(body.prompt)], shape.tools(), dialect)?
         }
         None if body.chat => Prompt::chat(vec![ChatMessage::new("user", body.prompt)]),
         None => Prompt::Text(body.prompt),
     };
-    let constraint = body.constraints.into_constraint()?;
-    refuse_beside_tools(constraint.as_ref(), tools.as_ref())?;
     let mut request = GenerationParams {
         max_tokens,
         max_tokens_param,
@@ -101,13 +101,11 @@ pub async fn generate(
         Some(n) if (0..=crate::logprobs::MAX_TOP_LOGPROBS).contains(&n) => Some(n as u32),
         Some(n) => return Err(ApiError::invalid("logprobs", format!("`logprobs` must be between 0 and 20, got {n}"))),
     };
-    let mut fields = constrain(&mut request, constraint, "prompt");
-    if let Some(tools) = &tools {
-        request.constraint = Some(tools::constraint(tools, dialect.format));
-        fields.constraint = Some("tools".into());
-    }
-    let admitted = admit(&state, "generate", fields, request, received).await?;
-    let calls = tools.is_some().then(|| ToolCallParser::new(format!("call_{}_", admitted.stream.id()), dialect.format));
+    let fields = shape.apply(&mut request, "prompt");
+    let mut admitted = admit(&state, "generate", fields, request, received).await?;
+    let reading = shape.call_reading();
+    admitted.repeat_watch = reading.as_ref().and_then(|r| r.repeat_watch(admitted.choices));
+    let calls = reading.map(|r| r.parser(format!("call_{}_", admitted.stream.id())));
     Ok(sse_response(admitted, GenerateFormat { calls }))
 }
 

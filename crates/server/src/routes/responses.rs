@@ -17,10 +17,11 @@ use crate::json::JsonBody;
 use crate::logprobs::{TokenNames, MAX_TOP_LOGPROBS};
 use crate::openai::{respond, GenerationParams, SamplingFields, StopFields};
 use crate::responses::{self, Echo, Keep, NotCancelled, ResponsesFormat};
+use crate::shape::OutputShape;
 use crate::sse::collect;
 use crate::state::AppState;
-use crate::structured::{constrain, refuse_beside_tools, refuse_unknown_fields};
-use crate::tools::{self, HistoryMessage, ToolCallParser};
+use crate::structured::refuse_unknown_fields;
+use crate::tools::{self, HistoryMessage};
 
 #[derive(Debug, Deserialize)]
 pub struct ResponsesBody {
@@ -76,16 +77,15 @@ pub async fn create_response(
     let input = body.input.ok_or_else(|| ApiError::invalid("input", "`input` is required"))?;
     let tool_request =
         responses::tools(body.tools.clone(), body.tool_choice.clone(), body.parallel_tool_calls.clone())?;
-    let constraint = responses::text_format(body.text.clone())?;
-    refuse_beside_tools(constraint.as_ref(), tool_request.as_ref())?;
+    let shape = OutputShape::new(tool_request, responses::text_format(body.text.clone())?, state.shape_rules());
     let earlier = match &body.previous_response_id {
         Some(id) => earlier_conversation(&state, id)?,
         None => Default::default(),
     };
     let conversation = responses::conversation(&earlier, input)?;
     let history = responses::with_instructions(body.instructions.as_deref(), &conversation);
-    let dialect = state.tool_dialect();
-    let prompt = tools::render_prompt(history, tool_request.as_ref(), dialect)?;
+    let shape = shape.after_results(tools::answered_calls(&history));
+    let prompt = tools::render_prompt(history, shape.tools(), state.tool_dialect())?;
     let mut request = GenerationParams {
         max_tokens: body.max_output_tokens,
         max_tokens_param: "max_output_tokens",
@@ -97,18 +97,14 @@ pub async fn create_response(
     }
     .into_request(prompt)?;
     request.logprobs = logprobs;
-    let mut fields = constrain(&mut request, constraint, "input");
-    if let Some(tools) = &tool_request {
-        // Every call the reply makes parses and fits its function's schema.
-        request.constraint = Some(tools::constraint(tools, dialect.format));
-        fields.constraint = Some("tools".into());
-    }
+    // Every call the reply makes parses and fits its function's schema; an answer, its format.
+    let fields = shape.apply(&mut request, "input");
     let echo = Echo {
         instructions: body.instructions,
         max_output_tokens: body.max_output_tokens,
         tools: body.tools.unwrap_or_else(|| json!([])),
         tool_choice: body.tool_choice.unwrap_or_else(|| json!("auto")),
-        parallel_tool_calls: tool_request.as_ref().is_none_or(|t| t.parallel),
+        parallel_tool_calls: shape.tools().is_none_or(|t| t.parallel),
         temperature: request.sampling.temperature,
         top_p: request.sampling.top_p,
         text: body.text.unwrap_or_else(|| json!({"format": {"type": "text"}})),
@@ -123,10 +119,12 @@ pub async fn create_response(
     }
     let background = echo.background;
     let keep = echo.store.then(|| Keep { store: state.responses.clone(), conversation });
-    let admitted = admit(&state, "responses", fields, request, received).await?;
+    let mut admitted = admit(&state, "responses", fields, request, received).await?;
+    let reading = shape.call_reading();
+    admitted.repeat_watch = reading.as_ref().and_then(|r| r.repeat_watch(admitted.choices));
     // Random, not the engine's request number: a kept id must not recur after a restart.
     let unique = format!("{:032x}", rand::random::<u128>());
-    let parser = tool_request.map(|_| ToolCallParser::new(format!("call_{unique}_"), dialect.format));
+    let parser = reading.map(|r| r.parser(format!("call_{unique}_")));
     let names = logprobs.map(|_| TokenNames::Text);
     let id = format!("resp_{unique}");
     let format = ResponsesFormat::new(id.clone(), state.model_name(), echo, parser, names, keep);

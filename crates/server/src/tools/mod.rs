@@ -13,10 +13,12 @@ mod format;
 mod grammar;
 mod parse;
 mod prompt;
+mod watch;
 
-pub use grammar::constraint;
-pub use parse::{ToolCallParser, ToolEvent};
-pub use prompt::{render_prompt, HistoryCall, HistoryMessage};
+pub use grammar::{constraint, without_calls};
+pub use parse::{AnsweredCall, Repeat, ToolCallParser, ToolEvent};
+pub use prompt::{answered_calls, render_prompt, HistoryCall, HistoryMessage};
+pub use watch::{CallReading, RepeatWatch, Verdict};
 
 use rillm_backend::ToolCallFormat;
 use serde_json::{json, Value};

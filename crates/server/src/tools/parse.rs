@@ -7,6 +7,12 @@
 //! lets the arguments stream: they end where the call object's braces balance. A call in
 //! another shape (a list of calls in one Hermes tag, as SmolLM2's own data has it, or the
 //! keys in another order) is read whole once its JSON value closes.
+//!
+//! A call identical (name and arguments, as JSON values) to one the reply already made, or
+//! to one the conversation's last round made and has the result of, ends the reply, and is
+//! dropped (small models loop: the same call until `max_tokens`, or the call they were just
+//! answered): a call of a function already called is held back until it completes.
+//! `keeping_repeats` turns that off.
 
 use rillm_backend::ToolCallFormat;
 use serde_json::Value;
@@ -59,6 +65,26 @@ enum Mode {
     AfterCall {
         close_read: bool,
     },
+    /// The reply repeated a call: it is over, and nothing after is read.
+    Repeated(Repeat),
+}
+
+/// What a dropped call repeated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Repeat {
+    /// A call the reply made before.
+    InReply,
+    /// A call the conversation's last round made and has the result of; `alone`: it is
+    /// the reply's first call and nothing came before it (the reply could be made again
+    /// as an answer without anything having been sent).
+    Answered { alone: bool },
+}
+
+/// A call the conversation has the result of.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AnsweredCall {
+    pub name: String,
+    pub arguments: Value,
 }
 
 #[derive(Debug)]
@@ -74,6 +100,14 @@ pub struct ToolCallParser {
     /// Content is only whitespace since the last call (dropped: it separates calls).
     after_call: bool,
     id_prefix: String,
+    /// Repeated calls end the reply (the default).
+    drop_repeats: bool,
+    /// Events of the call being read while it may repeat an earlier one.
+    held_events: Option<Vec<ToolEvent>>,
+    /// Calls the conversation's last round made and has results of.
+    answered: Vec<AnsweredCall>,
+    /// Content came before the calls.
+    had_content: bool,
 }
 
 impl ToolCallParser {
@@ -87,11 +121,47 @@ impl ToolCallParser {
             calls: Vec::new(),
             after_call: false,
             id_prefix: id_prefix.into(),
+            drop_repeats: true,
+            held_events: None,
+            answered: Vec::new(),
+            had_content: false,
         }
+    }
+
+    /// Reads a reply again from its start (it restarted): what was read is void.
+    pub fn start_over(&mut self) {
+        let fresh = Self::new(std::mem::take(&mut self.id_prefix), ToolCallFormat::Hermes);
+        let (syntax, drop_repeats, answered) = (self.syntax, self.drop_repeats, std::mem::take(&mut self.answered));
+        *self = Self { syntax, drop_repeats, answered, ..fresh };
+    }
+
+    /// A call identical to one of `answered` is a repeat too.
+    pub fn after(mut self, answered: Vec<AnsweredCall>) -> Self {
+        self.answered = answered;
+        self
+    }
+
+    /// Keeps calls that repeat earlier ones, and reads on after them.
+    pub fn keeping_repeats(mut self) -> Self {
+        self.drop_repeats = false;
+        self
     }
 
     pub fn calls(&self) -> &[ParsedCall] {
         &self.calls
+    }
+
+    /// The reply repeated a call (dropped): it is over.
+    pub fn repeated(&self) -> bool {
+        self.repeat().is_some()
+    }
+
+    /// What the reply repeated, once it has.
+    pub fn repeat(&self) -> Option<Repeat> {
+        match self.mode {
+            Mode::Repeated(repeat) => Some(repeat),
+            _ => None,
+        }
     }
 
     pub fn push(&mut self, text: &str) -> Vec<ToolEvent> {
@@ -104,6 +174,7 @@ impl ToolCallParser {
                 Mode::Arguments(_) => self.arguments_step(&mut events),
                 Mode::Whole(..) => self.whole_step(&mut events),
                 Mode::AfterCall { close_read } => self.after_call_step(close_read),
+                Mode::Repeated(_) => false,
             };
             if !progressed {
                 return events;
@@ -129,8 +200,8 @@ impl ToolCallParser {
                 let index = self.calls.len() as u32 - 1;
                 self.arguments(index, rest, &mut events);
             }
-            // Closing markup cut short is still markup.
-            Mode::AfterCall { .. } => {}
+            // Closing markup cut short is still markup; after a repeat nothing counts.
+            Mode::AfterCall { .. } | Mode::Repeated(_) => {}
         }
         events
     }
@@ -140,6 +211,7 @@ impl ToolCallParser {
             return;
         }
         self.after_call = false;
+        self.had_content |= !text.trim().is_empty();
         events.push(ToolEvent::Content(text.to_string()));
     }
 
@@ -217,6 +289,7 @@ impl ToolCallParser {
                     call.complete = true;
                 }
                 self.mode = Mode::AfterCall { close_read: false };
+                self.settle_held(events);
                 true
             }
             None => {
@@ -245,7 +318,9 @@ impl ToolCallParser {
             Ok(call) => self.whole_call(&call, events),
             Err(_) => {}
         }
-        if self.calls.len() == before {
+        if self.repeated() {
+            self.held.clear();
+        } else if self.calls.len() == before {
             // Nothing callable in it: never lost, it is content.
             let held = std::mem::take(&mut self.held);
             self.content(&held, events);
@@ -300,14 +375,58 @@ impl ToolCallParser {
         if let Some(call) = self.calls.last_mut() {
             call.arguments.push_str(&fragment);
         }
-        events.push(ToolEvent::Arguments { index, fragment });
+        self.emit(ToolEvent::Arguments { index, fragment }, events);
     }
 
     fn start_call(&mut self, name: String, events: &mut Vec<ToolEvent>) {
         let index = self.calls.len() as u32;
         let id = format!("{}{index}", self.id_prefix);
+        let may_repeat = self.drop_repeats
+            && (self.calls.iter().any(|c| c.complete && c.name == name)
+                || self.answered.iter().any(|c| c.name == name));
         self.calls.push(ParsedCall { id: id.clone(), name: name.clone(), arguments: String::new(), complete: false });
-        events.push(ToolEvent::CallStart { index, id, name });
+        if may_repeat {
+            self.held_events = Some(Vec::new());
+        }
+        self.emit(ToolEvent::CallStart { index, id, name }, events);
+    }
+
+    /// Sends `event`, or holds it while the call may repeat an earlier one.
+    fn emit(&mut self, event: ToolEvent, events: &mut Vec<ToolEvent>) {
+        match self.held_events.as_mut() {
+            Some(held) => held.push(event),
+            None => events.push(event),
+        }
+    }
+
+    /// What the last (complete) call repeats, if anything: an earlier call of the reply's,
+    /// or one the conversation has the result of; arguments compared as JSON values.
+    fn repeat_of_last(&self) -> Option<Repeat> {
+        let (last, earlier) = self.calls.split_last()?;
+        let arguments: Value = serde_json::from_str(&last.arguments).ok()?;
+        let same = |name: &str, other: &str| {
+            name == last.name && serde_json::from_str::<Value>(other).ok() == Some(arguments.clone())
+        };
+        if earlier.iter().any(|c| c.complete && same(&c.name, &c.arguments)) {
+            return Some(Repeat::InReply);
+        }
+        self.answered
+            .iter()
+            .any(|c| c.name == last.name && c.arguments == arguments)
+            .then_some(Repeat::Answered { alone: earlier.is_empty() && !self.had_content })
+    }
+
+    /// The last call is complete: a repeat ends the reply without it; otherwise what was
+    /// held of it goes out.
+    fn settle_held(&mut self, events: &mut Vec<ToolEvent>) {
+        let Some(held) = self.held_events.take() else { return };
+        match self.repeat_of_last() {
+            Some(repeat) => {
+                self.calls.pop();
+                self.mode = Mode::Repeated(repeat);
+            }
+            None => events.extend(held),
+        }
     }
 
     /// A call read whole; a value without a name and arguments is not one.
@@ -319,12 +438,16 @@ impl ToolCallParser {
             Value::String(text) => text.clone(),
             other => other.to_string(),
         };
+        if self.repeated() {
+            return;
+        }
         self.start_call(name.to_string(), events);
         let index = self.calls.len() as u32 - 1;
         self.arguments(index, arguments, events);
         if let Some(call) = self.calls.last_mut() {
             call.complete = true;
         }
+        self.settle_held(events);
     }
 }
 
@@ -463,6 +586,56 @@ mod tests {
         // Text after a call that opens none is still content.
         let (content, _, _) = feed(&format!("{one_call} done"), 2);
         assert_eq!(content, "done");
+    }
+
+    #[test]
+    fn a_repeated_call_ends_the_reply_and_is_dropped_from_any_piece_sizes() {
+        let call = |city: &str| {
+            format!(
+                "<tool_call>\n{{\"name\": \"get_weather\", \"arguments\": {{\"city\": \"{city}\"}}}}\n</tool_call>\n"
+            )
+        };
+        let looping = format!("{}{}{}{}", call("Oslo"), call("Rome"), call("Oslo"), call("Paris"));
+        for size in [1, 4, 1000] {
+            let mut parser = ToolCallParser::new("call_", ToolCallFormat::Hermes);
+            let mut events = Vec::new();
+            let mut ended_at = None;
+            for (i, piece) in looping.as_bytes().chunks(size).enumerate() {
+                events.extend(parser.push(std::str::from_utf8(piece).expect("ASCII")));
+                if parser.repeated() && ended_at.is_none() {
+                    ended_at = Some(i * size);
+                }
+            }
+            events.extend(parser.finish());
+            let read: Vec<(&str, &str)> =
+                parser.calls().iter().map(|c| (c.name.as_str(), c.arguments.as_str())).collect();
+            assert_eq!(read, [("get_weather", "{\"city\": \"Oslo\"}"), ("get_weather", "{\"city\": \"Rome\"}")]);
+            // Nothing of the repeat went out: two calls started, their fragments only.
+            let starts = events.iter().filter(|e| matches!(e, ToolEvent::CallStart { .. })).count();
+            assert_eq!(starts, 2, "pieces of {size}: {events:?}");
+            let streamed: String = events
+                .iter()
+                .filter_map(|e| {
+                    if let ToolEvent::Arguments { index: 1, fragment } = e {
+                        Some(fragment.as_str())
+                    } else {
+                        None
+                    }
+                })
+                .collect();
+            assert_eq!(streamed, "{\"city\": \"Rome\"}", "a call held while it might repeat goes out whole");
+            let ended = ended_at.expect("the repeat ends the reply");
+            assert!(ended < looping.len() - call("Paris").len(), "pieces of {size}: ended at {ended}");
+        }
+        // Kept when asked, and read on.
+        let mut parser = ToolCallParser::new("call_", ToolCallFormat::Hermes).keeping_repeats();
+        parser.push(&looping);
+        parser.finish();
+        assert_eq!((parser.calls().len(), parser.repeated()), (4, false));
+        // Calls read whole (a list in one tag) are deduplicated too.
+        let list = "<tool_call>\n[{\"name\": \"f\", \"arguments\": {\"x\": 1}}, {\"name\": \"f\", \"arguments\": {\"x\": 1}}]\n</tool_call>";
+        let (content, calls, _) = feed(list, 3);
+        assert_eq!((content.as_str(), calls.len()), ("", 1));
     }
 
     #[test]

@@ -220,6 +220,27 @@ fn tools_block(tools: &ToolRequest, format: ToolCallFormat) -> String {
     }
 }
 
+/// The calls of the conversation's last round that it has the results of: the last
+/// assistant message's calls, where only `tool` messages (answering them) follow it. Empty
+/// where the conversation does not end with results.
+pub fn answered_calls(history: &[HistoryMessage]) -> Vec<super::AnsweredCall> {
+    let Some(last) = history.iter().rposition(|m| m.role == "assistant") else { return Vec::new() };
+    let results = &history[last + 1..];
+    if results.is_empty() || results.iter().any(|m| m.role != "tool") {
+        return Vec::new();
+    }
+    let answered = |id: &str| results.iter().any(|m| m.tool_call_id.as_deref() == Some(id));
+    history[last]
+        .tool_calls
+        .iter()
+        .filter(|call| answered(&call.id))
+        .filter_map(|call| {
+            let arguments = serde_json::from_str(&call.arguments).ok()?;
+            Some(super::AnsweredCall { name: call.name.clone(), arguments })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::Tool;
@@ -237,6 +258,20 @@ mod tests {
         let parameters = json!({"type": "object", "properties": {"city": {"type": "string"}}});
         let tool = Tool { name: "get_weather".into(), description: Some("Weather now".into()), parameters };
         ToolRequest { tools: vec![tool], choice, parallel: true }
+    }
+
+    #[test]
+    fn the_last_round_s_calls_are_answered_when_the_conversation_ends_with_their_results() {
+        let round = tool_round();
+        let answered = answered_calls(&round);
+        assert_eq!(answered.len(), 1);
+        assert_eq!((answered[0].name.as_str(), &answered[0].arguments), ("get_weather", &json!({"city": "Oslo"})));
+        // A user message after the results opens a new round; no results, nothing answered.
+        let mut asked_again = round.clone();
+        asked_again.push(msg("user", "And tomorrow?"));
+        assert!(answered_calls(&asked_again).is_empty());
+        assert!(answered_calls(&round[..2]).is_empty());
+        assert!(answered_calls(&[msg("user", "hi")]).is_empty());
     }
 
     /// A question, a call of `get_weather` and its result.

@@ -20,6 +20,7 @@ fn drain_choices(events: &mut Events, n: usize) -> Drained {
                 out.prompt = Some(tokens);
             }
             StreamEvent::Finished(done) => out.finished.push(done),
+            StreamEvent::Restarted { index } => panic!("choice {index} restarted unasked"),
         }
     }
     assert_eq!(out.finished.len(), n, "one final event per choice");

@@ -23,7 +23,7 @@ use crate::queue::WaitQueue;
 use crate::runtime::{BatchToken, Executor, RuntimeError, TokenId, Tokenizer};
 use crate::sequence::PendingRequest;
 use crate::stats::EngineStats;
-use rillm_backend::{Constraint, FinishReason, SamplingParams, StreamEvent};
+use rillm_backend::{ChoiceControls, Constraint, FinishReason, RequestStream, SamplingParams, StreamEvent};
 
 /// One token per byte; token 0 ends generation.
 struct ByteTokenizer;
@@ -327,7 +327,7 @@ fn drain(events: &mut Events) -> (String, rillm_backend::Completion) {
         match event {
             StreamEvent::Text { text: piece, .. } => text.push_str(&piece),
             StreamEvent::Finished(done) => return (text, done),
-            StreamEvent::Prompt(_) => {}
+            StreamEvent::Prompt(_) | StreamEvent::Restarted { .. } => {}
         }
     }
     panic!("no final event; text so far {text:?}");

@@ -47,6 +47,8 @@ pub(crate) struct ConstraintCounters {
     cache_hits: AtomicU64,
     constrained_tokens: AtomicU64,
     forced_tokens: AtomicU64,
+    failures: AtomicU64,
+    resamples: AtomicU64,
 }
 
 impl ConstraintCounters {
@@ -58,7 +60,21 @@ impl ConstraintCounters {
             cache_hits: self.cache_hits.load(Relaxed),
             constrained_tokens: self.constrained_tokens.load(Relaxed),
             forced_tokens: self.forced_tokens.load(Relaxed),
+            failures: self.failures.load(Relaxed),
+            resamples: self.resamples.load(Relaxed),
         }
+    }
+
+    /// A constrained sequence could not go on (an engine bug: every token it takes passed
+    /// the grammar's mask or the lazy check first).
+    pub fn record_failure(&self) {
+        self.failures.fetch_add(1, Relaxed);
+    }
+
+    /// A token sampled before a lazy grammar's trigger would have opened it and broken it:
+    /// the row was sampled again without such tokens.
+    pub fn record_resample(&self) {
+        self.resamples.fetch_add(1, Relaxed);
     }
 
     pub fn record_tokens(&self, sampled: u64, forced: u64) {
@@ -108,6 +124,25 @@ impl GrammarCompiler {
         Ok(matcher)
     }
 
+    /// What a sequence carries for `constraint` from its first token: its matcher, waiting
+    /// for a lazy one's trigger, with a restartable one's restart beside it.
+    pub fn sequence_constraint(
+        &self,
+        constraint: &Constraint,
+        counters: &ConstraintCounters,
+    ) -> Result<SequenceConstraint, Rejected> {
+        Ok(match constraint {
+            Constraint::Lazy { trigger, .. } => {
+                SequenceConstraint::new(self.matcher(constraint, counters)?).after_trigger(trigger)
+            }
+            Constraint::Restartable { constraint, restart } => {
+                let restart = self.sequence_constraint(restart, counters)?;
+                self.sequence_constraint(constraint, counters)?.restarting_as(restart)
+            }
+            _ => SequenceConstraint::new(self.matcher(constraint, counters)?),
+        })
+    }
+
     fn lock_cache(&self) -> std::sync::MutexGuard<'_, lru::LruCache<String, Matcher>> {
         self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -131,6 +166,8 @@ fn grammar_for(constraint: &Constraint) -> Result<TopLevelGrammar, Rejected> {
             TopLevelGrammar::from_regex(&format!("(?:{})", alternatives.join("|")))
         }
         Constraint::Lark(grammar) | Constraint::Lazy { grammar, .. } => TopLevelGrammar::from_lark(grammar.clone()),
+        // Its first constraint's; the restart compiles on its own (`sequence_constraint`).
+        Constraint::Restartable { constraint, .. } => return grammar_for(constraint),
     })
 }
 
@@ -155,6 +192,8 @@ pub(crate) struct SequenceConstraint {
     matcher: Matcher,
     /// A lazy constraint not yet triggered: the output is free until this appears.
     trigger: Option<Trigger>,
+    /// What the output follows if its reader restarts it (`Constraint::Restartable`).
+    restart: Option<Box<SequenceConstraint>>,
 }
 
 #[derive(Clone)]
@@ -184,7 +223,18 @@ pub(crate) enum Advance {
 
 impl SequenceConstraint {
     pub fn new(matcher: Matcher) -> Self {
-        Self { matcher, trigger: None }
+        Self { matcher, trigger: None, restart: None }
+    }
+
+    /// Restarted, the output follows `restart` from its start.
+    pub fn restarting_as(mut self, restart: SequenceConstraint) -> Self {
+        self.restart = Some(Box::new(restart));
+        self
+    }
+
+    /// The constraint a restarted output follows, once.
+    pub fn take_restart(&mut self) -> Option<SequenceConstraint> {
+        self.restart.take().map(|restart| *restart)
     }
 
     /// The matcher applies from the first occurrence of `trigger` in the output on.
@@ -204,6 +254,36 @@ impl SequenceConstraint {
             return Err(grammar_error("no token can continue the output"));
         }
         Ok(Some(mask))
+    }
+
+    /// Whether taking a token whose text is `bytes` now would break the constraint. Only a
+    /// lazy one waiting for its trigger can be broken so (elsewhere the mask guards every
+    /// token): a token that completes the trigger and carries bytes past it that the
+    /// grammar refuses (`<tool_call` then `></`). The text is free until the trigger, so
+    /// nothing masked such a token; the sampler draws again without it (`lazy_mask`).
+    pub fn refuses(&mut self, bytes: &[u8]) -> bool {
+        let Some(trigger) = self.trigger.as_ref() else { return false };
+        let from = trigger.tail.len().saturating_sub(trigger.text.len().saturating_sub(1));
+        let mut tail = trigger.tail[from..].to_vec();
+        tail.extend_from_slice(bytes);
+        let Some(at) = find(&tail, &trigger.text) else { return false };
+        let Ok(env) = self.matcher.tok_env() else { return true };
+        let tokens = env.tokenize_bytes(&tail[at..]);
+        self.matcher.validate_tokens(&tokens).map_or(true, |valid| valid < tokens.len())
+    }
+
+    /// While a lazy constraint waits for its trigger: every token but those `refuses`
+    /// (a pass over the vocabulary, taken only in the rare step whose sample was refused).
+    pub fn lazy_mask(&mut self) -> Result<SimpleVob, String> {
+        let env = self.matcher.tok_env().map_err(|e| grammar_error(&e.to_string()))?;
+        let trie = env.tok_trie();
+        let mut mask = trie.alloc_token_set();
+        for token in 0..trie.vocab_size() as u32 {
+            if !self.refuses(trie.token(token)) {
+                mask.allow_token(token);
+            }
+        }
+        Ok(mask)
     }
 
     /// Tokens the grammar forces before the output's first free choice (a JSON object's
@@ -290,6 +370,12 @@ pub(crate) mod test_env {
     /// A byte-level vocabulary (token i is byte i, plus an end token), canonical, so
     /// llguidance forces tokens as it does with the real model's env.
     pub(crate) fn byte_env() -> TokEnv {
+        vocab_env(&[])
+    }
+
+    /// The byte-level vocabulary, then an end token (256), then `words` (257 on). Text is
+    /// tokenized byte by byte.
+    pub(crate) fn vocab_env(words: &[&[u8]]) -> TokEnv {
         struct Bytes(TokTrie);
         impl TokenizerEnv for Bytes {
             fn tok_trie(&self) -> &TokTrie {
@@ -299,12 +385,16 @@ pub(crate) mod test_env {
                 s.iter().map(|&b| u32::from(b)).collect()
             }
         }
-        let mut words: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
-        words.push(b"\xFF<end>".to_vec());
-        let info = TokRxInfo::new(words.len() as u32, 256);
-        Arc::new(Bytes(TokTrie::from(&info, &words)))
+        let mut vocab: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+        vocab.push(b"\xFF<end>".to_vec());
+        vocab.extend(words.iter().map(|w| w.to_vec()));
+        let info = TokRxInfo::new(vocab.len() as u32, 256);
+        Arc::new(Bytes(TokTrie::from(&info, &vocab)))
     }
 }
+
+#[cfg(test)]
+mod lazy_tests;
 
 #[cfg(test)]
 mod tests {
