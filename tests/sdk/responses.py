@@ -23,6 +23,10 @@ def text_and_stream(client: openai.OpenAI, model: str) -> None:
     stream's events come in OpenAI's order, numbered from 0."""
     ask = dict(model=model, input="Name three colours.", instructions="Answer briefly.", temperature=0,
                max_output_tokens=150)
+    # The first request computes the prompt cold; the two compared after it both reuse it and
+    # compute its tail in the same shape, so they say the same to the token (a cold prefill
+    # rounds a little differently and may part from them where two tokens are all but tied).
+    client.responses.create(**ask)
     whole = client.responses.create(**ask)
     assert whole.status in ("completed", "incomplete"), whole.status
     assert whole.output_text.strip(), whole

