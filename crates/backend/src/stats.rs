@@ -32,12 +32,21 @@ pub struct SpeculationSnapshot {
     pub accepted_tokens: u64,
     /// Kept tokens by their place in the draft (0: the first drafted token).
     pub accepted_per_position: [u64; DRAFT_POSITIONS],
+    /// Steps whose drafts the fairness guard cut: a layout that fed more would have made
+    /// some stream's time per token slower than the guard allows.
+    pub guard_cuts: u64,
 }
 
 // By hand: arrays longer than 32 have no `Default`.
 impl Default for SpeculationSnapshot {
     fn default() -> Self {
-        Self { drafts: 0, draft_tokens: 0, accepted_tokens: 0, accepted_per_position: [0; DRAFT_POSITIONS] }
+        Self {
+            drafts: 0,
+            draft_tokens: 0,
+            accepted_tokens: 0,
+            accepted_per_position: [0; DRAFT_POSITIONS],
+            guard_cuts: 0,
+        }
     }
 }
 

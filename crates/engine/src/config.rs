@@ -50,6 +50,9 @@ pub struct EngineConfig {
     /// the streams' slack; Sarathi-Serve sizes it per step).
     /// `None`: the whole `prefill_chunk`.
     pub tpot_slo_ms: Option<u32>,
+    /// How much slower per token any stream's step may get for the drafts of the streams
+    /// beside it (`--spec-max-slowdown`; with `tpot_slo_ms` the objective bounds it instead).
+    pub spec_max_slowdown: f64,
 }
 
 /// How tokens are drafted for speculative decoding.
@@ -83,6 +86,7 @@ impl EngineConfig {
             draft_max: 8,
             draft_min: 0,
             tpot_slo_ms: None,
+            spec_max_slowdown: crate::draft_lengths::DEFAULT_MAX_SLOWDOWN,
         }
     }
 
@@ -94,6 +98,7 @@ impl EngineConfig {
         // Every running sequence needs room for its decode token in each step.
         self.prefill_chunk = self.prefill_chunk.max(self.max_running).max(16);
         self.draft_max = self.draft_max.clamp(1, rillm_backend::DRAFT_POSITIONS);
+        self.spec_max_slowdown = self.spec_max_slowdown.max(1.0);
         self
     }
 }

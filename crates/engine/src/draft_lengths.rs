@@ -10,6 +10,13 @@
 //! run of them beside streams feeding one row each would take a pass of its own, and where
 //! the rows are dear (a full batch on a CPU) feeding them one a step, in the pass every
 //! stream's row takes anyway, computes the same rows without that pass.
+//!
+//! Output per millisecond is the whole batch's objective, and streams share the step: long
+//! drafts of some make every step longer for all. So a layout must also keep each stream's
+//! expected time per token within a `FairnessGuard` of the layout without drafts (by
+//! default 1.2x; the TPOT objective where one is set): a stream that drafts nothing pays
+//! the step's whole slowdown, one that drafts pays it spread over the tokens it expects to
+//! keep. A lone stream, or streams that all draft and keep, still draft as deep as pays.
 
 use crate::forecast::DraftPrices;
 use crate::ubatch_passes::{passes_into, Pass};
@@ -20,6 +27,47 @@ pub(crate) const MIN_GAIN: f64 = 1.05;
 
 /// Rounds of one-sequence-at-a-time improvement; each usually settles in one or two.
 const ROUNDS: usize = 3;
+
+/// How much slower per token a stream's step may get for the drafts beside it, by default.
+pub const DEFAULT_MAX_SLOWDOWN: f64 = 1.2;
+
+/// What drafts may cost the streams beside them: each stream's expected time per token in
+/// a layout with drafts at most `max_slowdown` times its time without drafts, or, with a
+/// TPOT objective, at most the objective (or its time without drafts, where that is more).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FairnessGuard {
+    pub max_slowdown: f64,
+    pub tpot_ms: Option<f64>,
+}
+
+impl Default for FairnessGuard {
+    fn default() -> Self {
+        Self { max_slowdown: DEFAULT_MAX_SLOWDOWN, tpot_ms: None }
+    }
+}
+
+impl FairnessGuard {
+    /// The longest a stream may wait per token, given `unguarded` ms per token without
+    /// drafts.
+    fn allowance(&self, unguarded: f64) -> f64 {
+        match self.tpot_ms {
+            Some(tpot) => tpot.max(unguarded),
+            None => unguarded * self.max_slowdown,
+        }
+    }
+}
+
+/// What bounds one step's layout besides its prices.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct StepBounds {
+    /// Drafted rows the step has room for, in all.
+    pub budget: usize,
+    pub rules: PassRules,
+    /// What making drafts costs before the step, per token of the deepest draft (a draft
+    /// model's passes, which the drafting sequences share; 0 for lookups).
+    pub draft_pass_ms: f64,
+    pub guard: FairnessGuard,
+}
 
 /// How the runtime cuts a step into passes and what shapes a pass's cost beyond its rows.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -54,24 +102,23 @@ impl DraftOption {
 }
 
 /// Chooses draft lengths: `base[s]` rows sequence `s` feeds anyway (0 for a slot that
-/// feeds none), `options[s]` what it could feed beyond them, at most `budget` drafted rows
-/// in all, in passes as `rules` cut them. `draft_pass_ms`: what making drafts costs before
-/// the step, per token of the deepest draft (a draft model's passes, which the drafting
-/// sequences share; 0 for lookups). Writes one length per slot into `lengths`. A layout
-/// with drafts must beat every layout without by `MIN_GAIN`; forced tokens are fed whole
-/// unless holding some back is faster.
+/// feeds none), `options[s]` what it could feed beyond them, within `bounds`. Writes one
+/// length per slot into `lengths`. A layout with drafts must beat every layout without by
+/// `MIN_GAIN` and keep to the guard; forced tokens are fed whole unless holding some back
+/// is faster. Returns whether the guard ruled out a layout that would otherwise have won
+/// (drafts cut for the streams beside them).
 pub(crate) fn choose(
     base: &[usize],
     options: &[Option<DraftOption>],
     prices: DraftPrices,
-    budget: usize,
-    rules: PassRules,
-    draft_pass_ms: f64,
+    bounds: StepBounds,
     lengths: &mut Vec<usize>,
-) {
-    let mut search = Search::new(base, options, prices, rules, draft_pass_ms);
+) -> bool {
+    let budget = bounds.budget;
+    let mut search = Search::new(base, options, prices, bounds);
     lengths.clear();
     lengths.extend(options.iter().map(|o| o.filter(|o| o.forced).map_or(0, |o| o.available)));
+    search.unguarded_from(lengths);
     let mut best = search.score(lengths);
     let mut trial = lengths.clone();
     let deepest = options.iter().flatten().map(|o| o.available).max().unwrap_or(0);
@@ -105,6 +152,7 @@ pub(crate) fn choose(
             break;
         }
     }
+    search.best_refused > best
 }
 
 /// The lengths of a layout's drafts (not its forced runs): what the budget bounds, and what
@@ -127,18 +175,17 @@ struct Search<'a> {
     prices: DraftPrices<'a>,
     rules: PassRules,
     draft_pass_ms: f64,
+    guard: FairnessGuard,
+    /// Each slot's expected ms per token in the layout without drafts (`unguarded_from`).
+    unguarded: Vec<f64>,
+    /// The best score of a layout the guard refused.
+    best_refused: f64,
     rows: Vec<usize>,
     passes: Vec<Pass>,
 }
 
 impl<'a> Search<'a> {
-    fn new(
-        base: &'a [usize],
-        options: &'a [Option<DraftOption>],
-        prices: DraftPrices<'a>,
-        rules: PassRules,
-        draft_pass_ms: f64,
-    ) -> Self {
+    fn new(base: &'a [usize], options: &'a [Option<DraftOption>], prices: DraftPrices<'a>, bounds: StepBounds) -> Self {
         // A draft of k tokens adds a + a^2 + ... + a^k kept tokens to the step's output.
         let expected = options
             .iter()
@@ -153,7 +200,41 @@ impl<'a> Search<'a> {
                 kept
             })
             .collect();
-        Self { base, options, expected, prices, rules, draft_pass_ms, rows: Vec::new(), passes: Vec::new() }
+        let StepBounds { rules, draft_pass_ms, guard, .. } = bounds;
+        Self {
+            base,
+            options,
+            expected,
+            prices,
+            rules,
+            draft_pass_ms,
+            guard,
+            unguarded: Vec::new(),
+            best_refused: f64::NEG_INFINITY,
+            rows: Vec::new(),
+            passes: Vec::new(),
+        }
+    }
+
+    /// Takes `lengths` (no drafts) as the layout each stream's time per token is guarded
+    /// against.
+    fn unguarded_from(&mut self, lengths: &[usize]) {
+        let ms = self.step_ms(lengths);
+        self.unguarded = (0..lengths.len()).map(|s| self.ms_per_token(s, lengths, ms)).collect();
+    }
+
+    /// Slot `s`'s expected milliseconds per token in a step of `ms` laid out as `lengths`:
+    /// the step, over the row it feeds anyway and the drafted or forced tokens it expects
+    /// to keep.
+    fn ms_per_token(&self, s: usize, lengths: &[usize], ms: f64) -> f64 {
+        ms / (1.0 + self.expected[s][lengths[s]])
+    }
+
+    /// Whether every stream in the step keeps within the guard.
+    fn fair(&self, lengths: &[usize], ms: f64) -> bool {
+        (0..lengths.len())
+            .filter(|&s| self.base[s] > 0)
+            .all(|s| self.ms_per_token(s, lengths, ms) <= self.guard.allowance(self.unguarded[s]) + 1e-9)
     }
 
     /// Drafted (not forced) tokens in a layout: what the draft budget bounds.
@@ -161,13 +242,20 @@ impl<'a> Search<'a> {
         drafted_rows(self.options, lengths)
     }
 
-    /// The rate, discounted by `MIN_GAIN` where the layout feeds drafts.
+    /// The rate, discounted by `MIN_GAIN` where the layout feeds drafts; nothing for a
+    /// layout whose drafts break the guard (remembered as refused).
     fn score(&mut self, lengths: &[usize]) -> f64 {
-        let rate = self.rate(lengths);
-        if self.drafted(lengths) > 0 {
-            rate / MIN_GAIN
+        let ms = self.step_ms(lengths);
+        let rate = self.rate(lengths, ms);
+        if self.drafted(lengths) == 0 {
+            return rate;
+        }
+        let score = rate / MIN_GAIN;
+        if self.fair(lengths, ms) {
+            score
         } else {
-            rate
+            self.best_refused = self.best_refused.max(score);
+            f64::NEG_INFINITY
         }
     }
 
@@ -181,8 +269,8 @@ impl<'a> Search<'a> {
         }
     }
 
-    /// Expected output tokens per millisecond of the step with these draft lengths.
-    fn rate(&mut self, lengths: &[usize]) -> f64 {
+    /// What the step laid out as `lengths` costs: its passes, and making its drafts.
+    fn step_ms(&mut self, lengths: &[usize]) -> f64 {
         self.rows.clear();
         self.rows.extend(self.base.iter().zip(lengths).map(|(b, k)| b + k));
         passes_into(&mut self.rows, self.rules.ubatch_rows, &mut self.passes);
@@ -191,9 +279,13 @@ impl<'a> Search<'a> {
         } else {
             0.0
         };
-        let ms: f64 = making + self.passes.iter().map(|&pass| self.pass_ms(pass)).sum::<f64>();
+        (making + self.passes.iter().map(|&pass| self.pass_ms(pass)).sum::<f64>()).max(1e-3)
+    }
+
+    /// Expected output tokens per millisecond of a step of `ms` laid out as `lengths`.
+    fn rate(&self, lengths: &[usize], ms: f64) -> f64 {
         let kept: f64 = self.expected.iter().zip(lengths).map(|(e, &k)| e[k]).sum();
-        (self.base.iter().sum::<usize>() as f64 + kept) / ms.max(1e-3)
+        (self.base.iter().sum::<usize>() as f64 + kept) / ms
     }
 }
 
@@ -202,11 +294,30 @@ mod tests {
     use super::*;
     use crate::forecast::RowCosts;
 
+    /// The guard off (drafts may slow other streams as much as pays), as before it was.
+    const UNGUARDED: FairnessGuard = FairnessGuard { max_slowdown: f64::INFINITY, tpot_ms: None };
+
+    fn bounds(budget: usize, rules: PassRules, draft_pass_ms: f64, guard: FairnessGuard) -> StepBounds {
+        StepBounds { budget, rules, draft_pass_ms, guard }
+    }
+
+    const WIDE: PassRules = PassRules { ubatch_rows: 512, attention_tile: None };
+
     fn chosen(base: &[usize], options: &[Option<DraftOption>], costs: &RowCosts, budget: usize) -> Vec<usize> {
+        guarded(base, options, costs, budget, UNGUARDED).0
+    }
+
+    fn guarded(
+        base: &[usize],
+        options: &[Option<DraftOption>],
+        costs: &RowCosts,
+        budget: usize,
+        guard: FairnessGuard,
+    ) -> (Vec<usize>, bool) {
         let mut lengths = Vec::new();
         let prices = DraftPrices::new(costs, costs.price(1, 10.0));
-        choose(base, options, prices, budget, PassRules { ubatch_rows: 512, attention_tile: None }, 0.0, &mut lengths);
-        lengths
+        let cut = choose(base, options, prices, bounds(budget, WIDE, 0.0, guard), &mut lengths);
+        (lengths, cut)
     }
 
     fn offer(available: usize, acceptance: f64) -> Option<DraftOption> {
@@ -284,8 +395,7 @@ mod tests {
         let prices = DraftPrices::new(&costs, costs.price(1, 10.0));
         let with_cost = |options: &[Option<DraftOption>], pass_ms: f64| {
             let mut lengths = Vec::new();
-            let rules = PassRules { ubatch_rows: 512, attention_tile: None };
-            choose(&vec![1; options.len()], options, prices, 64, rules, pass_ms, &mut lengths);
+            choose(&vec![1; options.len()], options, prices, bounds(64, WIDE, pass_ms, UNGUARDED), &mut lengths);
             lengths
         };
         let options = [offer(8, 0.97)];
@@ -307,7 +417,8 @@ mod tests {
         let prices = DraftPrices::new(&costs, costs.price(1, 10.0));
         let with_tile = |base: &[usize], options: &[Option<DraftOption>], tile| {
             let mut lengths = Vec::new();
-            choose(base, options, prices, 512, PassRules { ubatch_rows: 512, attention_tile: tile }, 0.0, &mut lengths);
+            let rules = PassRules { ubatch_rows: 512, attention_tile: tile };
+            choose(base, options, prices, bounds(512, rules, 0.0, UNGUARDED), &mut lengths);
             lengths
         };
         let copy = offer(64, 1.0);
@@ -318,5 +429,38 @@ mod tests {
         let mut options = vec![None; 4];
         options[3] = copy;
         assert_eq!(with_tile(&[1; 4], &options, Some(64))[3], 64);
+    }
+
+    #[test]
+    fn a_stream_without_drafts_keeps_its_time_per_token_within_the_guard() {
+        // Rows cheap beside the step's first (as on a GPU): one stream copies a long run it is
+        // sure to keep, and four beside it draft nothing. Its drafts go in a pass of their
+        // own (`ubatch_passes`): the step of five rows (14 ms) takes 10 ms more at least.
+        let costs = RowCosts::linear(10.0, 1.0);
+        let mut options = vec![None; 5];
+        options[0] = offer(32, 0.97);
+        let (free, _) = guarded(&[1; 5], &options, &costs, 64, UNGUARDED);
+        let (fair, cut) = guarded(&[1; 5], &options, &costs, 64, FairnessGuard::default());
+        assert!(free[0] > 8, "unguarded, the copy drafts deep and every step waits for it: {free:?}");
+        assert_eq!((fair, cut), (vec![0; 5], true), "1.2 times 14 ms leaves no room for a pass more");
+        // Under a TPOT objective the objective is the bound: 42 ms holds a pass of 19 rows.
+        let tpot = FairnessGuard { tpot_ms: Some(42.0), ..FairnessGuard::default() };
+        let (loose, _) = guarded(&[1; 5], &options, &costs, 64, tpot);
+        assert!((1..=19).contains(&loose[0]), "{loose:?}");
+    }
+
+    #[test]
+    fn a_lone_stream_or_streams_that_all_draft_are_not_held_back() {
+        let costs = cpu();
+        let guard = FairnessGuard::default();
+        // Alone, a stream pays for its own drafts, and drafts as deep as pays.
+        for (available, acceptance) in [(8, 0.95), (32, 0.99), (8, 0.2)] {
+            let option = [offer(available, acceptance)];
+            assert_eq!(guarded(&[1], &option, &costs, 64, guard), (chosen(&[1], &option, &costs, 64), false));
+        }
+        // Every stream copying what it keeps: each gains from the longer step.
+        let options = vec![offer(8, 0.98); 4];
+        let (lengths, cut) = guarded(&[1; 4], &options, &costs, 64, guard);
+        assert!(!cut && lengths.iter().all(|&k| k > 0), "{lengths:?}");
     }
 }

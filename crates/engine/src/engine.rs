@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use crate::config::{EngineConfig, Speculative};
 use crate::constraint::GrammarCompiler;
+use crate::draft_lengths::FairnessGuard;
 use crate::error::EngineError;
 use crate::llama::{grammar_tok_env, load_model, load_weights, LlamaExecutor};
 use crate::llama_draft::DraftContext;
@@ -104,6 +105,10 @@ impl Engine {
                             draft_tokens: (config.speculative == Speculative::Draft)
                                 .then_some((config.draft_min, config.draft_max)),
                             tpot_slo_ms: config.tpot_slo_ms,
+                            draft_guard: FairnessGuard {
+                                max_slowdown: config.spec_max_slowdown,
+                                tpot_ms: config.tpot_slo_ms.map(f64::from),
+                            },
                         },
                     );
                     run_supervised(|| scheduler.run(), &queue, &stats);

@@ -63,10 +63,11 @@ impl ModelDrafts {
     /// Sets each generating sequence's drafts for the next step from `executor`'s draft
     /// model, as deep as pays given the step's layout and the measured pass time, within
     /// `step.budget` drafted rows in all; and how many of its forced tokens each feeds. A
-    /// failed draft model drafts nothing this step.
-    pub fn propose<E: Executor>(&mut self, slots: &mut [Option<Sequence>], executor: &mut E, step: DraftStep) {
-        let Some(pass_ms) = executor.draft_pass_ms() else { return };
-        let DraftStep { prices, ctx_limit, budget, rules, .. } = step;
+    /// failed draft model drafts nothing this step. Returns whether the fairness guard cut
+    /// drafts that would otherwise have been fed.
+    pub fn propose<E: Executor>(&mut self, slots: &mut [Option<Sequence>], executor: &mut E, step: DraftStep) -> bool {
+        let Some(pass_ms) = executor.draft_pass_ms() else { return false };
+        let DraftStep { prices, ctx_limit, budget, .. } = step;
         let rows: usize = slots.iter().flatten().map(|s| s.uncached_generated().len()).sum();
         let (base, options, rooms) = (&mut self.base, &mut self.options, &mut self.rooms);
         base.clear();
@@ -100,7 +101,7 @@ impl ModelDrafts {
             let priced = room > 0 && prices.one_row_measured();
             options.push(priced.then(|| DraftOption::drafted(room, seq.acceptance.current())));
         }
-        draft_lengths::choose(base, options, prices, budget, rules, pass_ms, &mut self.lengths);
+        let cut = draft_lengths::choose(base, options, prices, step.bounds(pass_ms), &mut self.lengths);
         let mut left = budget.saturating_sub(draft_lengths::drafted_rows(options, &self.lengths));
         let mut plans = Vec::new();
         for (slot, seq) in slots.iter_mut().enumerate() {
@@ -128,7 +129,7 @@ impl ModelDrafts {
             plans.push(Plan { slot, asked: feed.max(1), feed });
         }
         if plans.is_empty() {
-            return;
+            return cut;
         }
         self.histories.resize_with(plans.len(), Vec::new);
         for (history, plan) in self.histories.iter_mut().zip(&plans) {
@@ -145,7 +146,7 @@ impl ModelDrafts {
             Ok(drafted) => drafted,
             Err(error) => {
                 tracing::warn!(%error, "the draft model failed: nothing drafted this step");
-                return;
+                return cut;
             }
         };
         for (plan, tokens) in plans.iter().zip(drafted) {
@@ -158,5 +159,6 @@ impl ModelDrafts {
                 seq.drafts.extend_from_slice(&tokens[..plan.feed.min(tokens.len())]);
             }
         }
+        cut
     }
 }

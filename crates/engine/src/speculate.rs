@@ -19,7 +19,7 @@
 //! sequence's own tokens hold no copy, earlier requests' may (`ngram_pool`).
 
 pub(crate) use crate::draft_acceptance::DraftSource;
-use crate::draft_lengths::{self, DraftOption, PassRules, MIN_GAIN};
+use crate::draft_lengths::{self, DraftOption, FairnessGuard, PassRules, StepBounds, MIN_GAIN};
 use crate::forecast::DraftPrices;
 #[cfg(test)]
 use crate::forecast::RowCosts;
@@ -53,19 +53,29 @@ pub(crate) struct DraftStep<'a> {
     pub rules: PassRules,
     /// Whether to look drafts up at all (forced tokens are laid out either way).
     pub lookups: bool,
+    /// What drafts may cost the streams beside them.
+    pub guard: FairnessGuard,
+}
+
+impl DraftStep<'_> {
+    /// The step's bounds for `draft_lengths`, drafts made at `draft_pass_ms` a token.
+    pub fn bounds(&self, draft_pass_ms: f64) -> StepBounds {
+        StepBounds { budget: self.budget, rules: self.rules, draft_pass_ms, guard: self.guard }
+    }
 }
 
 /// Sets each generating sequence's drafts for the next step (with `step.lookups`): what
 /// prompt lookup finds (in its own tokens, else a copy from `pool`), each as deep as pays
 /// given what the whole step's layout costs (`draft_lengths`); and how many of its forced
-/// tokens each feeds. `scratch` holds buffers reused across steps.
+/// tokens each feeds. `scratch` holds buffers reused across steps. Returns whether the
+/// fairness guard cut drafts that would otherwise have been fed.
 pub(crate) fn propose_drafts(
     slots: &mut [Option<Sequence>],
     pool: &NgramPool,
     step: DraftStep,
     scratch: &mut DraftScratch,
-) {
-    let DraftStep { prices, ctx_limit, budget, rules, lookups } = step;
+) -> bool {
+    let DraftStep { prices, ctx_limit, budget, lookups, .. } = step;
     let DraftScratch { history, found, base, options, lengths } = scratch;
     base.clear();
     options.clear();
@@ -106,7 +116,7 @@ pub(crate) fn propose_drafts(
         seq.drafts.extend_from_slice(&found[..allowed]);
         options.push(Some(DraftOption::drafted(allowed, seq.acceptance.current())));
     }
-    draft_lengths::choose(base, options, prices, budget, rules, 0.0, lengths);
+    let cut = draft_lengths::choose(base, options, prices, step.bounds(0.0), lengths);
     for ((seq, &k), option) in slots.iter_mut().zip(lengths.iter()).zip(options.iter()) {
         let (Some(seq), Some(option)) = (seq, option) else { continue };
         if option.forced {
@@ -119,6 +129,7 @@ pub(crate) fn propose_drafts(
         }
         seq.drafts.truncate(k);
     }
+    cut
 }
 
 /// Buffers `propose_drafts` reuses from step to step.

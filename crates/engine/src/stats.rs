@@ -47,6 +47,7 @@ struct SpeculationCounters {
     draft_tokens: AtomicU64,
     accepted_tokens: AtomicU64,
     accepted_per_position: [AtomicU64; rillm_backend::DRAFT_POSITIONS],
+    guard_cuts: AtomicU64,
 }
 
 // By hand: arrays longer than 32 have no `Default`.
@@ -57,6 +58,7 @@ impl Default for SpeculationCounters {
             draft_tokens: AtomicU64::new(0),
             accepted_tokens: AtomicU64::new(0),
             accepted_per_position: std::array::from_fn(|_| AtomicU64::new(0)),
+            guard_cuts: AtomicU64::new(0),
         }
     }
 }
@@ -142,6 +144,7 @@ impl EngineStats {
                     draft_tokens: s.draft_tokens.load(Relaxed),
                     accepted_tokens: s.accepted_tokens.load(Relaxed),
                     accepted_per_position: std::array::from_fn(|i| s.accepted_per_position[i].load(Relaxed)),
+                    guard_cuts: s.guard_cuts.load(Relaxed),
                 }
             },
         }
@@ -207,6 +210,11 @@ impl EngineStats {
         for position in s.accepted_per_position.iter().take(accepted) {
             position.fetch_add(1, Relaxed);
         }
+    }
+
+    /// A step's drafts were cut by the fairness guard.
+    pub(crate) fn record_guard_cut(&self) {
+        self.speculation.guard_cuts.fetch_add(1, Relaxed);
     }
 
     pub(crate) fn record_prompt_computed(&self, tokens: usize) {

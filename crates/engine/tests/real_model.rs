@@ -419,6 +419,39 @@ fn streams_drafting_side_by_side_keep_their_greedy_outputs() {
 }
 
 #[test]
+fn drafts_that_would_slow_a_stream_beside_them_are_cut_and_every_output_keeps() {
+    // Four streams that loop (prompt lookup drafts them deep) beside a short one, as in
+    // issue 47: drafts are cut where they would make the steps every stream shares more
+    // than 1.2 times as long per token (`draft_lengths::FairnessGuard`), and nothing
+    // speculation does changes an output (near-ties aside).
+    let _g = serial();
+    let run = |speculative| {
+        let mut config = EngineConfig::new(model_path());
+        config.max_running = 5;
+        config.speculative = speculative;
+        let engine = Engine::start(config).expect("engine starts");
+        let ask = |prompt: &str, tokens| {
+            let mut request = with_tops(greedy(prompt, tokens));
+            request.ignore_eos = true;
+            engine.submit(request).unwrap()
+        };
+        let mut streams: Vec<_> = (0..4).map(|_| ask("Write a long story.", 160)).collect();
+        streams.push(ask("Hi", 80));
+        let outputs: Vec<Scored> = streams.into_iter().map(collect_scored).collect();
+        (outputs, engine.stats().snapshot().speculation)
+    };
+    let (plain, _) = run(rillm_engine::Speculative::Off);
+    let (fast, spec) = run(rillm_engine::Speculative::Ngram);
+    eprintln!("beside a short stream: {spec:?}");
+    assert!(spec.drafts > 0 && spec.accepted_tokens > 0, "the looping streams still draft: {spec:?}");
+    assert!(spec.guard_cuts > 0, "drafts beside the short stream were cut: {spec:?}");
+    for (plain, fast) in plain.iter().zip(&fast) {
+        assert_eq!(fast.done.usage.completion_tokens, plain.done.usage.completion_tokens);
+        assert_parts_only_at_a_tie(plain, fast, None);
+    }
+}
+
+#[test]
 fn constrained_streams_side_by_side_generate_what_each_does_alone() {
     // The keys a schema forces come in runs; beside other streams such a run may be held
     // back and fed a row a step (`draft_lengths`), which must change no token.

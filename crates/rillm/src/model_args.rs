@@ -61,6 +61,13 @@ pub struct ModelArgs {
     /// Off by default: each step takes up to --prefill-chunk tokens.
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u32).range(1..))]
     pub tpot_slo_ms: Option<u32>,
+    /// How much slower per token any stream may get for the drafts of the streams beside it
+    /// (speculative decoding shares each step): drafts are cut to keep every stream's
+    /// expected time per token within this factor of the step without them (with
+    /// --tpot-slo-ms, within the objective instead). A large value trades any stream's
+    /// latency for throughput.
+    #[arg(long, value_name = "FACTOR", default_value_t = engine_defaults().spec_max_slowdown)]
+    pub spec_max_slowdown: f64,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,6 +113,7 @@ impl ModelArgs {
         config.draft_max = self.draft_max as usize;
         config.draft_min = self.draft_min as usize;
         config.tpot_slo_ms = self.tpot_slo_ms;
+        config.spec_max_slowdown = self.spec_max_slowdown;
         if let Some(path) = &self.chat_template_file {
             let source = std::fs::read_to_string(path)
                 .map_err(|e| anyhow::anyhow!("cannot read --chat-template-file {}: {e}", path.display()))?;

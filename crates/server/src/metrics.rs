@@ -71,6 +71,8 @@ pub const SPEC_DRAFTS: &str = "vllm:spec_decode_num_drafts_total";
 pub const SPEC_DRAFT_TOKENS: &str = "vllm:spec_decode_num_draft_tokens_total";
 pub const SPEC_ACCEPTED_TOKENS: &str = "vllm:spec_decode_num_accepted_tokens_total";
 pub const SPEC_ACCEPTED_PER_POS: &str = "vllm:spec_decode_num_accepted_tokens_per_pos_total";
+/// Steps whose drafts rillm's fairness guard cut (no vLLM name: vLLM drafts a fixed `k`).
+pub const SPEC_GUARD_CUTS: &str = "rillm_spec_decode_guard_cuts_total";
 
 /// Each metric's `# HELP` text (vLLM's own for its names), which dashboards and scrapers
 /// such as AIPerf show beside the figures.
@@ -101,6 +103,7 @@ const COUNTERS: &[(&str, &str)] = &[
     (SPEC_DRAFT_TOKENS, "Number of draft tokens."),
     (SPEC_ACCEPTED_TOKENS, "Number of accepted tokens."),
     (SPEC_ACCEPTED_PER_POS, "Accepted tokens per draft position."),
+    (SPEC_GUARD_CUTS, "Steps whose drafts were cut to keep every stream's time per token within the guard."),
 ];
 const GAUGES: &[(&str, &str)] = &[
     (RUNNING, "Number of requests in model execution batches."),
@@ -230,8 +233,12 @@ fn render_structured(model: &str, c: &rillm_backend::ConstraintSnapshot) {
 
 /// Speculative decoding: drafts verified, tokens drafted and kept, kept per draft position.
 fn render_speculation(model: &str, s: &rillm_backend::SpeculationSnapshot) {
-    let counters =
-        [(SPEC_DRAFTS, s.drafts), (SPEC_DRAFT_TOKENS, s.draft_tokens), (SPEC_ACCEPTED_TOKENS, s.accepted_tokens)];
+    let counters = [
+        (SPEC_DRAFTS, s.drafts),
+        (SPEC_DRAFT_TOKENS, s.draft_tokens),
+        (SPEC_ACCEPTED_TOKENS, s.accepted_tokens),
+        (SPEC_GUARD_CUTS, s.guard_cuts),
+    ];
     set_counters(model, &counters);
     // Positions once anything was drafted (vLLM lists those of its draft length).
     let positions = if s.drafts == 0 { &[][..] } else { &s.accepted_per_position[..] };

@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::draft_lengths::PassRules;
+use crate::draft_lengths::{FairnessGuard, PassRules};
 use crate::forecast::{Forecaster, SlotLoad};
 use crate::model_drafts::ModelDrafts;
 use crate::ngram_pool::NgramPool;
@@ -42,7 +42,7 @@ const MIN_TOKENS_LEFT_TO_MOVE: u32 = 16;
 const IDLE_WAKE: Duration = Duration::from_millis(500);
 
 /// How the scheduler is set up; the engine's configuration decides it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct SchedulerConfig {
     /// Slots: sequences that run at once.
     pub max_running: usize,
@@ -67,6 +67,8 @@ pub(crate) struct SchedulerConfig {
     /// Keep generating sequences' mean time per token within this many milliseconds by
     /// when prompts are prefilled beside them (`EngineConfig::tpot_slo_ms`).
     pub tpot_slo_ms: Option<u32>,
+    /// What drafts may cost the streams beside them (`draft_lengths::FairnessGuard`).
+    pub draft_guard: FairnessGuard,
 }
 
 pub(crate) struct Scheduler<E: Executor> {
@@ -84,6 +86,7 @@ pub(crate) struct Scheduler<E: Executor> {
     max_queue_ms: Option<u64>,
     speculative: bool,
     tpot_slo_ms: Option<u32>,
+    draft_guard: FairnessGuard,
     /// A finished sequence's tokens, gathered for the n-gram pool (a buffer reused).
     history: Vec<rillm_backend::TokenId>,
     /// Buffers prompt lookup reuses across steps.
@@ -112,6 +115,7 @@ impl<E: Executor> Scheduler<E> {
             speculative,
             draft_tokens,
             tpot_slo_ms,
+            draft_guard,
         } = config;
         let batch = StepBatch::new(max_running, executor.max_batch_tokens(), executor.ubatch_rows(), step_budget);
         let forecaster = Forecaster::new(batch.step_budget());
@@ -130,6 +134,7 @@ impl<E: Executor> Scheduler<E> {
             max_queue_ms,
             speculative,
             tpot_slo_ms,
+            draft_guard,
             history: Vec::new(),
             draft_scratch: DraftScratch::default(),
             ngram_pool: NgramPool::default(),
@@ -294,11 +299,14 @@ impl<E: Executor> Scheduler<E> {
         let prices = self.forecaster.row_costs();
         let rules =
             PassRules { ubatch_rows: self.batch.ubatch_rows(), attention_tile: self.executor.attention_tile_rows() };
-        let step = DraftStep { prices, ctx_limit, budget, rules, lookups };
-        match self.model_drafts.as_mut().filter(|_| lookups) {
+        let step = DraftStep { prices, ctx_limit, budget, rules, lookups, guard: self.draft_guard };
+        let guard_cut = match self.model_drafts.as_mut().filter(|_| lookups) {
             Some(drafts) => drafts.propose(&mut self.slots, &mut self.executor, step),
             // Without lookups this still lays out the tokens constraints forced.
             None => speculate::propose_drafts(&mut self.slots, &self.ngram_pool, step, &mut self.draft_scratch),
+        };
+        if guard_cut {
+            self.stats.record_guard_cut();
         }
         let generating = StepBatch::generating_rows(&self.slots);
         let sizing = StepSizing {
@@ -341,6 +349,7 @@ impl<E: Executor> Scheduler<E> {
             drafted,
             prefilled,
             first_token_due,
+            guard_cut,
             queued = !self.queue.is_empty(),
             decode_ms = took_ms,
             "step"

@@ -225,6 +225,7 @@ impl Harness {
             speculative: false,
             draft_tokens: None,
             tpot_slo_ms: None,
+            draft_guard: crate::draft_lengths::FairnessGuard::default(),
         };
         adjust(&mut config);
         let mut scheduler = Scheduler::new(executor, Arc::new(ByteTokenizer), Arc::clone(&queue), stats, config);

@@ -247,3 +247,52 @@ fn tokens_forced_after_a_kept_draft_end_the_verification_there() {
     let snap = h.scheduler.stats.snapshot().constraints;
     assert!(snap.forced_tokens > 0, "{snap:?}");
 }
+
+/// Four sequences decoding together, one of them copying a "file" from its prompt (it could
+/// draft 20 tokens a step and keep them all), three with nothing to draft; with `guard`,
+/// until the copy ends. The rows of each step all four decoded in, and the harness.
+fn copying_beside_three(guard: crate::draft_lengths::FairnessGuard) -> (Vec<usize>, Harness) {
+    let file = patternless(150);
+    let script = format!("{file}{file}");
+    let mut h = Harness::configured(4, 64, |c| (c.speculative, c.draft_guard) = (true, guard));
+    // Rows cheap beside a step's first (7 ms, then 0.5 ms a row, as on a GPU): drafting pays
+    // for the batch, and a copy's long drafts would make every stream's step long.
+    h.scheduler.forecaster.freeze(crate::forecast::StepCosts { decode_step_ms: 7.0, prefill_token_ms: 2.5 }, 0.5);
+    h.scheduler.executor.script = Some(script.as_bytes().to_vec());
+    let mut copier = h.submit_n(&script[..170], 80);
+    let others: Vec<Events> = (0..3).map(|i| h.submit_n(&file[..30 + i], 200)).collect();
+    let (mut rows, mut copying) = (Vec::new(), false);
+    for _ in 0..200 {
+        h.step();
+        let batch = h.scheduler.executor.batches.last().cloned().unwrap_or_default();
+        let decoding = |seq: usize| batch.iter().filter(|t| t.seq == seq).count();
+        if copying && (1..4).all(|seq| decoding(seq) == 1) {
+            rows.push(batch.len());
+        }
+        match copier.try_recv() {
+            Ok(StreamEvent::Finished(_)) => break,
+            Ok(StreamEvent::Text { .. }) => copying = true,
+            _ => {}
+        }
+    }
+    drop(others);
+    (rows, h)
+}
+
+#[test]
+fn a_stream_beside_a_copying_one_keeps_its_step_within_the_guard() {
+    // A pass of r rows costs 7 + 0.5 (r - 1) ms: the four rows 8.5 ms. The copy's drafts
+    // go in a pass of their own (`ubatch_passes`): 7 ms more at least, where the guard
+    // allows 1.2 times 8.5. Unguarded, the copy drafts deep and every step waits for it.
+    let (unguarded, _) =
+        copying_beside_three(crate::draft_lengths::FairnessGuard { max_slowdown: f64::INFINITY, tpot_ms: None });
+    assert!(unguarded.iter().any(|&r| r > 20), "unguarded, the copy widens the steps: {unguarded:?}");
+    let (guarded, h) = copying_beside_three(crate::draft_lengths::FairnessGuard::default());
+    assert!(!guarded.is_empty() && guarded.iter().all(|&r| r == 4), "{guarded:?}");
+    assert!(h.scheduler.stats.snapshot().speculation.guard_cuts > 0);
+    // A TPOT objective of 20 ms bounds the step instead: 8.5 ms and a pass of up to 10
+    // drafts (11.5 ms).
+    let tpot = crate::draft_lengths::FairnessGuard { tpot_ms: Some(20.0), ..Default::default() };
+    let (loose, _) = copying_beside_three(tpot);
+    assert!(loose.iter().all(|&r| r <= 14) && loose.iter().any(|&r| r > 4), "{loose:?}");
+}
