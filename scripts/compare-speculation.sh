@@ -42,16 +42,22 @@ def write(kind, prompts):
         for prompt in prompts:
             f.write(json.dumps({"messages": [{"role": "user", "content": prompt}]}) + "\n")
 
+# The files as they were at one commit, so the prompts stay the same however the code moves.
+import subprocess
+PINNED = "c7982ca"
+def read(path):
+    return subprocess.run(["git", "show", f"{PINNED}:{path}"], check=True, capture_output=True, text=True).stdout
+
 files = ["crates/engine/src/speculate.rs", "crates/engine/src/queue.rs", "crates/bench/src/stats.rs",
          "crates/server/src/json.rs", "crates/engine/src/prefix_cache.rs", "crates/bench/src/workload/think.rs"]
-heads = [pathlib.Path(path).read_text()[:1500] for path in files]
+heads = [read(path)[:1500] for path in files]
 write("code", [f"Repeat the following Rust code exactly, with no changes:\n\n```rust\n{code}\n```" for code in heads])
 edits = []
 for path, code in zip(files, heads):
     found = re.search(r"\bfn (\w+)", code) or re.search(r"\b(?:struct|enum|const) (\w+)", code)
     if found is None:
         # A long module doc fills the head: start at the code instead.
-        text = pathlib.Path(path).read_text()
+        text = read(path)
         code = text[re.search(r"^(?!//)", text, re.M).start():][:1500]
         found = re.search(r"\bfn (\w+)", code) or re.search(r"\b(?:struct|enum|const) (\w+)", code)
     name = found.group(1)
@@ -61,7 +67,7 @@ write("edit", edits)
 
 sections = []
 for doc in ["docs/tuning.md", "docs/architecture.md", "docs/scale-out.md", "docs/benchmarks.md"]:
-    parts = re.split(r"\n(?=## )", pathlib.Path(doc).read_text())
+    parts = re.split(r"\n(?=## )", read(doc))
     sections += [p[:1500] for p in parts[1:] if len(p) > 600][:2]
 write("summary", [f"Summarise the following text in three sentences, keeping its terms:\n\n{text}" for text in sections[:6]])
 

@@ -33,7 +33,7 @@ pub struct EngineConfig {
     /// `--chat-template-file`): e.g. one that lists tools itself.
     pub chat_template: Option<String>,
     /// Speculative decoding: drafts from the sequence's own tokens (prompt lookup) or a
-    /// draft model, verified in the batch, fed only where they pay (`speculate`).
+    /// draft model, verified in the batch, fed only where they pay (`speculation`).
     pub speculative: Speculative,
     /// The draft model's GGUF for `Speculative::Draft`: a smaller model with the same
     /// vocabulary (llama-server's `--model-draft`).
@@ -53,6 +53,11 @@ pub struct EngineConfig {
     /// How much slower per token any stream's step may get for the drafts of the streams
     /// beside it (`--spec-max-slowdown`; with `tpot_slo_ms` the objective bounds it instead).
     pub spec_max_slowdown: f64,
+    /// Price steps with fixed costs instead of measured ones, and never widen prefills
+    /// (`--fixed-step-prices`): what a step holds (drafts, forced tokens, prompt chunks)
+    /// then depends on the requests alone, not on this machine's timing, so greedy
+    /// requests sent one at a time repeat token for token across runs and builds.
+    pub fixed_step_prices: bool,
 }
 
 /// How tokens are drafted for speculative decoding.
@@ -86,7 +91,8 @@ impl EngineConfig {
             draft_max: 8,
             draft_min: 0,
             tpot_slo_ms: None,
-            spec_max_slowdown: crate::draft_lengths::DEFAULT_MAX_SLOWDOWN,
+            spec_max_slowdown: DEFAULT_SPEC_MAX_SLOWDOWN,
+            fixed_step_prices: false,
         }
     }
 
@@ -107,6 +113,10 @@ impl EngineConfig {
 /// default model (1,000-token prompts: ~23 MB), so this keeps a few hundred of them while
 /// leaving most of a 24 GiB machine alone; llama-server keeps up to 8 GiB by default.
 pub const DEFAULT_HOST_CACHE_MIB: usize = 4096;
+
+/// How much slower per token a stream's step may get for the drafts beside it, by default
+/// (`--spec-max-slowdown`; `speculation::draft_lengths::FairnessGuard`).
+pub const DEFAULT_SPEC_MAX_SLOWDOWN: f64 = 1.2;
 
 /// Physical parallelism available to this process.
 pub fn default_threads() -> usize {

@@ -6,18 +6,19 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use crate::config::{EngineConfig, Speculative};
-use crate::constraint::GrammarCompiler;
-use crate::draft_lengths::FairnessGuard;
+use crate::cost::wait_forecast::Forecast;
 use crate::error::EngineError;
-use crate::llama::{grammar_tok_env, load_model, load_weights, LlamaExecutor};
-use crate::llama_draft::DraftContext;
 use crate::queue::{PushError, WaitQueue};
-use crate::runtime::{TokenId, Tokenizer};
+use crate::request::constraint::GrammarCompiler;
+use crate::request::pending::PendingRequest;
+use crate::runtime::llama::{grammar_tok_env, load_model, load_weights, LlamaExecutor};
+use crate::runtime::llama_draft::DraftContext;
+use crate::runtime::{Executor, TokenId, Tokenizer};
 use crate::scheduler::{Scheduler, SchedulerConfig};
-use crate::sequence::PendingRequest;
+use crate::speculation::draft_lengths::FairnessGuard;
 use crate::stats::EngineStats;
 use crate::supervise::run_supervised;
-use crate::Executor;
+
 use rillm_backend::Rejected;
 use rillm_backend::RequestStream;
 use rillm_backend::{ChoiceControls, Constraint, FinishReason, GenerateRequest, Prompt};
@@ -40,7 +41,8 @@ struct Inner {
     /// Structured outputs' compiler and cache; used on callers' threads.
     grammars: GrammarCompiler,
     ctx_per_sequence: u32,
-    max_queue_ms: Option<u64>,
+    /// `--max-queue-ms`, and the wait forecast the engine thread publishes for it.
+    queue_limit: Option<QueueLimit>,
     prefix_caching: bool,
     model_name: String,
     architecture: String,
@@ -68,9 +70,11 @@ impl Engine {
             WaitQueue::new(config.max_waiting, config.max_running).weighted(|r: &PendingRequest| r.n as usize),
         );
         let (ready_tx, ready_rx) = mpsc::sync_channel(1);
+        let forecast = Arc::new(Forecast::new(0));
 
         let thread = {
-            let (model, queue, config) = (Arc::clone(&model), Arc::clone(&queue), config.clone());
+            let (model, queue, config, forecast) =
+                (Arc::clone(&model), Arc::clone(&queue), config.clone(), Arc::clone(&forecast));
             std::thread::Builder::new()
                 .name("rillm-engine".into())
                 .spawn(move || {
@@ -94,6 +98,7 @@ impl Engine {
                         tokenizer,
                         Arc::clone(&queue),
                         Arc::clone(&stats),
+                        forecast,
                         SchedulerConfig {
                             max_running: config.max_running,
                             step_budget: config.prefill_chunk,
@@ -109,6 +114,7 @@ impl Engine {
                                 max_slowdown: config.spec_max_slowdown,
                                 tpot_ms: config.tpot_slo_ms.map(f64::from),
                             },
+                            fixed_step_prices: config.fixed_step_prices,
                         },
                     );
                     run_supervised(|| scheduler.run(), &queue, &stats);
@@ -135,7 +141,7 @@ impl Engine {
                 stats,
                 grammars,
                 ctx_per_sequence,
-                max_queue_ms: config.max_queue_ms,
+                queue_limit: config.max_queue_ms.map(|limit_ms| QueueLimit { limit_ms, forecast }),
                 prefix_caching: config.prefix_caching,
                 next_id: AtomicU64::new(1),
                 thread: Mutex::new(Some(thread)),
@@ -187,9 +193,10 @@ impl Engine {
         };
         let mut expected_prefill = prompt.len();
         let mut forecast_ms = None;
-        if let Some(limit_ms) = inner.max_queue_ms {
+        if let Some(QueueLimit { limit_ms, forecast }) = &inner.queue_limit {
+            let limit_ms = *limit_ms;
             let ahead = inner.queue.map_waiting(|p| p.expected_prefill);
-            let outlook = inner.stats.forecast.read();
+            let outlook = forecast.read();
             expected_prefill -= outlook.cached_estimate(&prompt);
             let predicted = outlook.first_token_ms(&ahead, expected_prefill, Instant::now());
             // Refused at once only when clearly too late: the forecast errs both ways by a few
@@ -204,7 +211,7 @@ impl Engine {
         let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
         // The forecast above may be wrong: the scheduler checks the bound again when the
         // request reaches the head of the queue, with what it actually waited.
-        let (started, start_signal) = inner.max_queue_ms.map(|_| tokio::sync::oneshot::channel()).unzip();
+        let (started, start_signal) = inner.queue_limit.as_ref().map(|_| tokio::sync::oneshot::channel()).unzip();
         let prompt_tokens = prompt.len();
         let controls = ChoiceControls::new(request.n);
         let pending = PendingRequest {
@@ -363,6 +370,11 @@ fn check_field_tokens(
         }),
         None => Ok(()),
     }
+}
+
+struct QueueLimit {
+    limit_ms: u64,
+    forecast: Arc<Forecast>,
 }
 
 impl Inner {

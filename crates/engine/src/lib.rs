@@ -1,52 +1,53 @@
 //! rillm's inference engine.
 //!
 //! The engine owns one model and one llama.cpp context on a dedicated thread and runs a
-//! continuous-batching loop over it: every step decodes one token for every running
-//! sequence and spends the rest of a per-step token budget on prompt chunks of newly
-//! admitted requests. Callers talk to it only through [`Engine::submit`], which returns a
-//! [`RequestStream`] of [`StreamEvent`]s; dropping that stream cancels the request.
+//! continuous-batching loop over it: every step feeds each running sequence its next token
+//! (and the drafts or grammar-forced tokens worth feeding with it) and spends the rest of a
+//! per-step token budget on prompt chunks of newly admitted requests. Callers talk to it
+//! only through [`Engine::submit`], which returns a [`RequestStream`] of [`StreamEvent`]s;
+//! dropping that stream cancels the request.
+//!
+//! Its rooms, each with a module doc that says what it owns:
+//! - `runtime`: the model runtime behind the `Executor` and `Tokenizer` traits (llama.cpp,
+//!   its contexts, a draft model's) and the facts of its kernels that price a step;
+//! - `request`: one request's generation state (`Sequence`), its text stream, its output
+//!   constraint, its events;
+//! - `logits`: math over a row of logits (a request's adjustments, log-softmax), shared by
+//!   the runtime and the requests;
+//! - `kv`: which prefixes the KV cache and host memory hold, and reusing them;
+//! - `speculation`: drafts (prompt lookup, the n-gram pool, a draft model), their
+//!   acceptance, and how long each is fed;
+//! - `cost`: what steps cost, the wait forecast admission reads, the prefill plan and the
+//!   TPOT budget;
+//! - `scheduler`: the continuous-batching loop, a step read as its phases.
 //!
 //! Nothing here knows about HTTP: the server and the CLI are both plain callers.
 
-mod attention_cost;
 mod chat;
 mod config;
-mod constraint;
-mod draft_acceptance;
-mod draft_lengths;
+mod cost;
 mod engine;
 mod error;
-mod forecast;
-mod host_cache;
-mod llama;
-mod llama_context;
-mod llama_draft;
-mod log_softmax;
-mod logit_adjust;
-mod model_drafts;
-mod ngram_pool;
-mod prefill_plan;
-mod prefix_cache;
+mod kv;
+mod logits;
 mod queue;
+mod request;
 mod runtime;
 mod scheduler;
-mod sequence;
 mod serve_backend;
-mod speculate;
+mod speculation;
 mod stats;
 mod supervise;
-mod text_stream;
-mod ubatch_passes;
 
 pub use chat::ChatTemplate;
 pub use config::{EngineConfig, Speculative, DEFAULT_HOST_CACHE_MIB};
 pub use engine::Engine;
 pub use error::EngineError;
-pub use logit_adjust::LogitAdjust;
+pub use logits::logit_adjust::LogitAdjust;
 pub use queue::{PushError, WaitQueue};
+pub use request::text_stream::{TextPiece, TextStream};
 pub use runtime::{BatchToken, Executor, RuntimeError, Tokenizer};
 pub use stats::{EngineStats, STALL_AFTER};
-pub use text_stream::{TextPiece, TextStream};
 
 // The request, event and statistics types are the backend seam's; callers of the engine
 // alone (the CLI, benchmarks, tests) find them here too.

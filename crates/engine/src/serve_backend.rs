@@ -50,7 +50,7 @@ impl Backend for Engine {
     /// Slots reuse prefixes token by token and the RAM tier by 16-token blocks: blocks of 16
     /// over every slot's cells describe both to a router.
     fn cache_layout(&self) -> Option<CacheLayout> {
-        let block = crate::host_cache::BLOCK_TOKENS as u64;
+        let block = crate::kv::host_cache::BLOCK_TOKENS as u64;
         self.prefix_caching().then(|| CacheLayout {
             block_tokens: block as u32,
             blocks: Engine::stats(self).snapshot().kv_cells_total / block,

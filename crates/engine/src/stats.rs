@@ -10,6 +10,15 @@ use rillm_backend::{Health, PrefixCacheSnapshot, StatsSnapshot};
 /// How long an engine with work may go without finishing a step before it counts as stalled.
 pub const STALL_AFTER: Duration = Duration::from_secs(10);
 
+/// What the host-memory tier of the prefix cache (`kv::host_cache`) holds and has done, for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostCacheCounts {
+    pub entries: usize,
+    pub bytes: usize,
+    pub saves: u64,
+    pub evictions: u64,
+}
+
 #[derive(Debug)]
 pub struct EngineStats {
     started: Instant,
@@ -35,9 +44,7 @@ pub struct EngineStats {
     prefix: PrefixCounters,
     speculation: SpeculationCounters,
     /// Structured outputs: compiles, cache hits, constrained and forced tokens.
-    pub(crate) constraints: crate::constraint::ConstraintCounters,
-    /// When slots come free and what steps cost, for admission's wait predictions.
-    pub(crate) forecast: crate::forecast::Forecast,
+    pub(crate) constraints: crate::request::constraint::ConstraintCounters,
 }
 
 /// What speculative decoding drafted and kept, cumulative.
@@ -102,7 +109,6 @@ impl EngineStats {
             prefix: PrefixCounters::default(),
             speculation: SpeculationCounters::default(),
             constraints: Default::default(),
-            forecast: crate::forecast::Forecast::new(0),
         }
     }
 
@@ -256,7 +262,7 @@ impl EngineStats {
         }
     }
 
-    pub(crate) fn set_host_cache(&self, budget: usize, counts: crate::host_cache::HostCacheCounts) {
+    pub(crate) fn set_host_cache(&self, budget: usize, counts: HostCacheCounts) {
         let p = &self.prefix;
         p.host_budget_bytes.store(budget as u64, Relaxed);
         p.host_bytes.store(counts.bytes as u64, Relaxed);

@@ -13,7 +13,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use rillm_backend::FinishReason;
 
 use crate::queue::WaitQueue;
-use crate::sequence::PendingRequest;
+use crate::request::pending::PendingRequest;
 use crate::stats::EngineStats;
 
 /// Runs the engine loop `run` on this thread until it returns or panics.

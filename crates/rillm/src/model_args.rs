@@ -68,6 +68,12 @@ pub struct ModelArgs {
     /// latency for throughput.
     #[arg(long, value_name = "FACTOR", default_value_t = engine_defaults().spec_max_slowdown)]
     pub spec_max_slowdown: f64,
+    /// Price steps with fixed costs instead of measured ones, and never widen prefills: a
+    /// step's make-up then depends on the requests alone, not on this machine's timing, so
+    /// greedy requests sent one at a time repeat token for token across runs and builds
+    /// (scripts/greedy-outputs.py). For comparing outputs, not for speed.
+    #[arg(long)]
+    pub fixed_step_prices: bool,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +120,7 @@ impl ModelArgs {
         config.draft_min = self.draft_min as usize;
         config.tpot_slo_ms = self.tpot_slo_ms;
         config.spec_max_slowdown = self.spec_max_slowdown;
+        config.fixed_step_prices = self.fixed_step_prices;
         if let Some(path) = &self.chat_template_file {
             let source = std::fs::read_to_string(path)
                 .map_err(|e| anyhow::anyhow!("cannot read --chat-template-file {}: {e}", path.display()))?;

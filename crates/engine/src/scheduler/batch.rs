@@ -7,21 +7,24 @@
 
 use std::collections::VecDeque;
 
-use crate::prefill_plan::PrefillPlanner;
+use super::layout::StepLayout;
+use crate::cost::prefill_plan::PrefillPlanner;
+use crate::request::sequence::Sequence;
 use crate::runtime::{BatchToken, Executor};
-use crate::sequence::Sequence;
+use crate::speculation::Drafter;
 use crate::stats::EngineStats;
-use crate::ubatch_passes;
 
 /// How much of a step the generating sequences take and what is left for prompts, decided
 /// by the scheduler before the batch is laid out.
-pub(super) struct StepSizing {
+pub(super) struct StepSizing<'a> {
     /// Rows the generating sequences feed (`StepBatch::generating_rows`).
     pub generating_rows: usize,
     /// Prompt tokens allowed beside them (the TPOT objective's budget; `usize::MAX` for none).
     pub prefill_cap: usize,
     /// What a step costs in prompt tokens: a second prompt joins only if cheaper (`prefill_plan`).
     pub join_below: usize,
+    /// Slots in admission order: the order prompts get the budget in.
+    pub admission_order: &'a VecDeque<usize>,
 }
 
 pub(super) struct StepBatch {
@@ -40,10 +43,8 @@ pub(super) struct StepBatch {
     step_budget: usize,
     /// Tokens one decode call accepts.
     batch_limit: usize,
-    /// Rows one pass over the weights computes, and buffers to lay a batch out in passes.
-    ubatch_rows: usize,
-    rows_per_slot: Vec<usize>,
-    passes: Vec<ubatch_passes::Pass>,
+    /// The rows beyond each generating sequence's one: forced tokens and drafts.
+    pub layout: StepLayout,
 }
 
 impl StepBatch {
@@ -57,21 +58,13 @@ impl StepBatch {
             planner: PrefillPlanner::default(),
             step_budget: step_budget.clamp(1, batch_limit),
             batch_limit,
-            ubatch_rows: ubatch_rows.max(1),
-            rows_per_slot: Vec::with_capacity(slots),
-            passes: Vec::new(),
+            layout: StepLayout::new(slots, ubatch_rows),
         }
-    }
-
-    pub fn ubatch_rows(&self) -> usize {
-        self.ubatch_rows
     }
 
     /// How many passes over the weights the runtime makes of this step's batch.
     pub fn passes(&mut self) -> usize {
-        ubatch_passes::rows_per_sequence(&self.tokens, self.prefill_take.len(), &mut self.rows_per_slot);
-        ubatch_passes::passes_into(&mut self.rows_per_slot, self.ubatch_rows, &mut self.passes);
-        self.passes.len()
+        self.layout.passes(&self.tokens)
     }
 
     pub fn step_budget(&self) -> usize {
@@ -91,15 +84,21 @@ impl StepBatch {
     /// against 5.6 s without speculation).
     pub fn draft_budget(&self, slots: &[Option<Sequence>]) -> usize {
         let rows: usize = slots.iter().flatten().map(|s| s.uncached_generated().len()).sum();
-        let prompts: usize =
-            slots.iter().flatten().filter(|s| s.is_prefilling() && !s.awaits_fork).map(|s| s.prompt_left().len()).sum();
+        let prompts: usize = slots
+            .iter()
+            .flatten()
+            .filter(|s| s.is_prefilling() && !s.awaits_fork())
+            .map(|s| s.prompt_left().len())
+            .sum();
         self.step_budget.saturating_sub(rows + prompts)
     }
 
     /// Rows the generating sequences feed this step: each its last token, and any tokens its
     /// constraint forced (those not held for a later step) or drafts to verify.
-    pub fn generating_rows(slots: &[Option<Sequence>]) -> usize {
-        slots.iter().flatten().map(|s| s.fed_generated().len() + s.drafts.len()).sum()
+    pub fn generating_rows(&self, slots: &[Option<Sequence>], drafter: &Drafter) -> usize {
+        let fed = |(slot, seq): (usize, &Sequence)| seq.fed_generated(self.layout.held(slot)).len();
+        let rows: usize = slots.iter().enumerate().filter_map(|(i, s)| s.as_ref().map(|s| (i, s))).map(fed).sum();
+        rows + drafter.drafted()
     }
 
     /// Fills the batch for this step.
@@ -111,10 +110,10 @@ impl StepBatch {
     pub fn plan<E: Executor>(
         &mut self,
         slots: &mut [Option<Sequence>],
-        admission_order: &VecDeque<usize>,
+        drafter: &Drafter,
         executor: &mut E,
         stats: &EngineStats,
-        sizing: &StepSizing,
+        sizing: &StepSizing<'_>,
     ) {
         self.tokens.clear();
         self.outputs.clear();
@@ -126,8 +125,8 @@ impl StepBatch {
         }
         self.prefill_take.iter_mut().for_each(|n| *n = 0);
         self.prompts_left.clear();
-        for &slot in admission_order {
-            let Some(seq) = slots[slot].as_ref().filter(|s| s.is_prefilling() && !s.awaits_fork) else { continue };
+        for &slot in sizing.admission_order {
+            let Some(seq) = slots[slot].as_ref().filter(|s| s.is_prefilling() && !s.awaits_fork()) else { continue };
             self.prompts_left.push((slot, seq.prompt_left().len()));
         }
         self.planner.plan(budget, &self.prompts_left, sizing.join_below, &mut self.prefill_take);
@@ -137,35 +136,24 @@ impl StepBatch {
         for (slot, seq) in slots.iter_mut().enumerate() {
             let Some(seq) = seq else { continue };
             if !seq.is_prefilling() {
-                // The last generated token's row is the output; each draft's row follows it,
-                // for `decode::verify` to walk. With forced tokens held for a later step,
-                // nothing is sampled: the next token is already known.
-                let tokens = seq.fed_generated();
-                let samples = seq.held_forced == 0;
-                for (i, &token) in tokens.iter().chain(&seq.drafts).enumerate() {
-                    if samples && i + 1 == tokens.len() {
-                        self.outputs.push((slot, self.tokens.len()));
-                    }
-                    let logits = samples && i + 1 >= tokens.len();
-                    self.tokens.push(BatchToken { token, pos: seq.cached + i as u32, seq: slot, logits });
-                }
+                self.decode_rows(slot, seq, drafter.drafts(slot));
                 continue;
             }
             let take = self.prefill_take[slot];
             let completes_prompt = take > 0 && take == seq.prompt_left().len();
             // The tokens its constraint forces first go with the prompt's last chunk, and the
             // output row is the last of them; without room they are forced one at a time.
-            if completes_prompt && seq.start_forced.len() > room {
-                seq.start_forced.clear();
+            if completes_prompt && seq.start_forced().len() > room {
+                seq.drop_start_forced();
             }
-            let forced = if completes_prompt { seq.start_forced.len() } else { 0 };
+            let forced = if completes_prompt { seq.start_forced().len() } else { 0 };
             room -= forced;
             // A scored prompt has nothing forced after it (`Sequence::find_start_forced`).
-            let scored = seq.request.prompt_logprobs.is_some();
-            let fed = seq.prompt_left()[..take].iter().chain(&seq.start_forced[..forced]);
+            let scored = seq.request().prompt_logprobs.is_some();
+            let fed = seq.prompt_left()[..take].iter().chain(&seq.start_forced()[..forced]);
             for (i, &token) in fed.enumerate() {
                 let sampled = completes_prompt && i + 1 == take + forced;
-                let pos = seq.cached + i as u32;
+                let pos = seq.cached() + i as u32;
                 if sampled {
                     self.outputs.push((slot, self.tokens.len()));
                 }
@@ -174,6 +162,22 @@ impl StepBatch {
                 }
                 self.tokens.push(BatchToken { token, pos, seq: slot, logits: sampled || scored });
             }
+        }
+    }
+
+    /// A generating sequence's rows: its fed tokens, the last generated one's row the
+    /// output, then each draft's row, for `decode::verify` to walk. With forced tokens held
+    /// for a later step, nothing is sampled: the next token is already known.
+    fn decode_rows(&mut self, slot: usize, seq: &Sequence, drafts: &[crate::runtime::TokenId]) {
+        let held = self.layout.held(slot);
+        let tokens = seq.fed_generated(held);
+        let samples = held == 0;
+        for (i, &token) in tokens.iter().chain(drafts).enumerate() {
+            if samples && i + 1 == tokens.len() {
+                self.outputs.push((slot, self.tokens.len()));
+            }
+            let logits = samples && i + 1 >= tokens.len();
+            self.tokens.push(BatchToken { token, pos: seq.cached() + i as u32, seq: slot, logits });
         }
     }
 
@@ -196,12 +200,12 @@ impl StepBatch {
             if *take == 0 || *take < seq.prompt_left().len() {
                 continue;
             }
-            let cached = seq.cached as usize;
+            let cached = seq.cached() as usize;
             let width = executor.prefill_width(cached, *take, prefilling > 1).clamp(*take, *take + cached);
             let extra = width - *take;
             if extra > 0 && extra <= room {
                 let hits_lost = seq.rewind_prompt(extra as u32);
-                executor.truncate_sequence(slot, seq.cached);
+                executor.truncate_sequence(slot, seq.cached());
                 stats.record_prefix_recomputed(hits_lost as usize);
                 *take = width;
                 room -= extra;

@@ -6,10 +6,11 @@
 
 use rillm_backend::{FinishReason, TokenLogprob, TopLogprob};
 
-use crate::constraint::ConstraintCounters;
-use crate::logit_adjust::LogitAdjust;
+use crate::logits::logit_adjust::LogitAdjust;
+use crate::request::constraint::ConstraintCounters;
+use crate::request::sequence::Sequence;
 use crate::runtime::{Executor, TokenId, Tokenizer};
-use crate::sequence::Sequence;
+use crate::speculation::SlotDrafts;
 
 /// The step's logits, as one sequence's sampler sees them.
 pub(crate) trait Logits {
@@ -48,16 +49,17 @@ pub(crate) struct DecodeContext<'a> {
 /// is done; `Err`: its constraint failed (the request ends with an error, never a hang).
 pub(crate) fn decode_next(
     seq: &mut Sequence,
+    drafting: &mut SlotDrafts,
     row: usize,
     logits: &mut impl Logits,
     ctx: &DecodeContext,
 ) -> Result<Option<FinishReason>, String> {
-    let predicted = seq.predicted.take();
+    let predicted = drafting.predicted.take();
     let (token, finished) = sample_and_accept(seq, row, logits, ctx)?;
     if let Some(predicted) = predicted {
         // As if one token had been drafted.
         let kept = usize::from(predicted == token);
-        seq.acceptance.observe(1, kept);
+        drafting.acceptance.observe(1, kept);
     }
     Ok(finished)
 }
@@ -69,17 +71,17 @@ fn sample_and_accept(
     ctx: &DecodeContext,
 ) -> Result<(TokenId, Option<FinishReason>), String> {
     let mask = seq.constraint_mask()?;
-    let mut token = logits.sample(row, mask.as_ref(), seq.logit_adjust.as_ref());
+    let mut token = logits.sample(row, mask.as_ref(), seq.logit_adjust());
     if seq.constraint_refuses(token, ctx.tokenizer) {
         // Free text before a lazy grammar's trigger has no mask, and this token would open
         // the grammar and break it: drawn again among the tokens that would not. (Rejecting
         // and drawing again samples from the distribution without those tokens, as a mask
         // would.) A request never fails on a token the server let the model sample.
         let lazy = seq.lazy_constraint_mask()?;
-        token = logits.sample(row, lazy.as_ref(), seq.logit_adjust.as_ref());
+        token = logits.sample(row, lazy.as_ref(), seq.logit_adjust());
         ctx.counters.record_resample();
     }
-    if let Some(top) = seq.request.logprobs {
+    if let Some(top) = seq.request().logprobs {
         let (logprob, top) = logits.logprobs(row, token, top as usize);
         seq.note_logprob(token_logprob(ctx.tokenizer, token, logprob, top));
     }
@@ -102,34 +104,35 @@ pub(crate) struct Verified {
 /// decoding. Sampling every row exactly as plain decoding would, one draw each, keeps the
 /// output the target's: greedy output is unchanged, and with temperature a drafted token is
 /// kept with the probability the model gives it, otherwise the sample drawn instead stands
-/// (speculative sampling's rule for a draft of probability one). `seq.cached` counts the
-/// kept drafts; the caller drops the KV of the others.
+/// (speculative sampling's rule for a draft of probability one). The sequence counts the
+/// kept drafts' cells; the caller drops the KV of the others.
 pub(crate) fn verify(
     seq: &mut Sequence,
+    drafting: &mut SlotDrafts,
     first_row: usize,
     logits: &mut impl Logits,
     ctx: &DecodeContext,
 ) -> Result<Verified, String> {
-    let drafts = std::mem::take(&mut seq.drafts);
+    let drafts = std::mem::take(&mut drafting.drafts);
     let mut verified = Verified { finished: None, drafted: drafts.len(), accepted: 0 };
     for (i, row) in (first_row..=first_row + drafts.len()).enumerate() {
-        let generated = seq.generated;
+        let generated = seq.generated();
         let (token, finished) = sample_and_accept(seq, row, logits, ctx)?;
         let kept = drafts.get(i) == Some(&token);
         if kept {
             // The draft fed at the next position was this very token: its KV is right.
-            seq.cached += 1;
+            seq.keep_draft();
             verified.accepted += 1;
         }
         // Tokens a constraint forced after this one take the positions the later drafts
         // were fed at: those rows saw another sequence, and the forced tokens go next step.
-        let forced = seq.generated > generated + 1;
+        let forced = seq.generated() > generated + 1;
         if finished.is_some() || !kept || forced {
             verified.finished = finished;
             break;
         }
     }
-    seq.acceptance.observe(verified.drafted, verified.accepted);
+    drafting.acceptance.observe(verified.drafted, verified.accepted);
     Ok(verified)
 }
 

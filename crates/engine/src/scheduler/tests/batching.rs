@@ -15,7 +15,7 @@ fn a_step_lays_its_batch_out_in_slot_order_whatever_the_admission_order() {
     // The newest request takes the lowest free slot, 0, though it was admitted last.
     let _fourth = h.submit("dddd");
     assert_eq!(h.step(), [(0, 4), (1, 1), (2, 1)]);
-    assert_eq!(h.scheduler.admission_order, [1, 2, 0]);
+    assert_eq!(*h.scheduler.running.order(), [1, 2, 0]);
     assert_eq!(h.step(), [(0, 1), (1, 1), (2, 1)]);
 }
 
@@ -72,7 +72,7 @@ fn a_hole_left_by_a_finished_request_is_closed_by_moving_the_highest_sequence_do
     // Nobody waits, so slot 2's sequence moves into slot 0 and the batch is one run.
     assert_eq!(h.step(), [(0, 1), (1, 1)]);
     assert_eq!(h.scheduler.executor.moves, [(2, 0)]);
-    assert_eq!(h.scheduler.admission_order, [1, 0]);
+    assert_eq!(*h.scheduler.running.order(), [1, 0]);
     assert!(matches!(third.try_recv(), Ok(StreamEvent::Text { .. })), "the moved request still streams");
     // A waiting request fills a hole itself; nothing moves.
     let mut h = Harness::new(4, 64);

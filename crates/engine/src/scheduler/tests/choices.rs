@@ -69,11 +69,11 @@ fn a_dropped_client_ends_every_choice_and_frees_their_slots() {
     let events = h.submit_with("abc", 50, |r| r.n = 3);
     h.step();
     h.step();
-    assert_eq!(h.scheduler.admission_order.len(), 3);
+    assert_eq!(h.scheduler.running.count(), 3);
     drop(events);
     h.step();
-    assert!(h.scheduler.admission_order.is_empty());
-    assert!(h.scheduler.slots.iter().all(Option::is_none));
+    assert!(h.scheduler.running.is_idle());
+    assert!(h.scheduler.running.iter().all(Option::is_none));
     let _next = h.submit_with("d", 1, |r| r.n = 4);
     assert_eq!(h.step(), [(0, 1)], "all four slots are free again");
 }
@@ -128,5 +128,5 @@ fn scoring_a_prompt_for_n_choices_sends_it_once_and_ends_every_choice() {
     let out = drain_choices(&mut events, 3);
     assert_eq!(out.prompt.map(|p| p.len()), Some(3));
     assert!(out.finished.iter().all(|d| d.finish_reason == FinishReason::Length && d.usage.completion_tokens == 0));
-    assert!(h.scheduler.slots.iter().all(Option::is_none));
+    assert!(h.scheduler.running.iter().all(Option::is_none));
 }

@@ -1,10 +1,10 @@
-//! KV residency on its own (`scheduler/kv.rs`): what idle slots keep, what is saved to host
+//! KV residency on its own (`kv/residency.rs`): what idle slots keep, what is saved to host
 //! memory before it is lost, when another slot's cells are worth copying, and which slot a
 //! new sequence takes while copies are pending.
 
 use super::*;
-use crate::scheduler::kv::KvResidency;
-use crate::sequence::Sequence;
+use crate::kv::residency::KvResidency;
+use crate::request::sequence::Sequence;
 
 fn tokens(text: &str) -> Vec<TokenId> {
     ByteTokenizer.tokenize(text, false, false)

@@ -17,11 +17,11 @@ use std::time::Instant;
 
 use super::{Scheduler, SchedulerConfig};
 use crate::chat::ChatTemplate;
-use crate::constraint::test_env::byte_env;
-use crate::constraint::{ConstraintCounters, GrammarCompiler, SequenceConstraint};
 use crate::queue::WaitQueue;
+use crate::request::constraint::test_env::byte_env;
+use crate::request::constraint::{ConstraintCounters, GrammarCompiler, SequenceConstraint};
+use crate::request::pending::PendingRequest;
 use crate::runtime::{BatchToken, Executor, RuntimeError, TokenId, Tokenizer};
-use crate::sequence::PendingRequest;
 use crate::stats::EngineStats;
 use rillm_backend::{ChoiceControls, Constraint, FinishReason, RequestStream, SamplingParams, StreamEvent};
 
@@ -225,12 +225,18 @@ impl Harness {
             speculative: false,
             draft_tokens: None,
             tpot_slo_ms: None,
-            draft_guard: crate::draft_lengths::FairnessGuard::default(),
+            draft_guard: crate::speculation::draft_lengths::FairnessGuard::default(),
+            fixed_step_prices: false,
         };
         adjust(&mut config);
-        let mut scheduler = Scheduler::new(executor, Arc::new(ByteTokenizer), Arc::clone(&queue), stats, config);
+        let forecast = Arc::new(crate::cost::wait_forecast::Forecast::new(0));
+        let mut scheduler =
+            Scheduler::new(executor, Arc::new(ByteTokenizer), Arc::clone(&queue), stats, forecast, config);
         // The fake steps take no time: costs as on a small model on two cores.
-        scheduler.forecaster.freeze(crate::forecast::StepCosts { decode_step_ms: 7.0, prefill_token_ms: 2.5 }, 2.5);
+        scheduler
+            .costs
+            .step
+            .freeze(crate::cost::step_costs::StepCosts { decode_step_ms: 7.0, prefill_token_ms: 2.5 }, 2.5);
         Self { scheduler, queue, next_id: 0 }
     }
 
@@ -239,14 +245,15 @@ impl Harness {
     /// several prompts at once.
     fn prompts_join(&mut self) {
         self.scheduler
-            .forecaster
-            .freeze(crate::forecast::StepCosts { decode_step_ms: 7.0, prefill_token_ms: 0.01 }, 2.5);
+            .costs
+            .step
+            .freeze(crate::cost::step_costs::StepCosts { decode_step_ms: 7.0, prefill_token_ms: 0.01 }, 2.5);
     }
 
     /// Prompt tokens of `prompt` the last published forecast expects to be cached.
     fn forecast_cached(&mut self, prompt: &str) -> usize {
         self.scheduler.publish(false);
-        self.scheduler.stats.forecast.read().cached_estimate(&ByteTokenizer.tokenize(prompt, false, false))
+        self.scheduler.costs.wait.outlook().cached_estimate(&ByteTokenizer.tokenize(prompt, false, false))
     }
 
     /// Queues a request (admitted at the next step); returns its events (drop to cancel).
@@ -283,7 +290,7 @@ impl Harness {
     /// Steps until nothing runs or waits.
     fn run_to_idle(&mut self) {
         for _ in 0..1000 {
-            if self.scheduler.admission_order.is_empty() && self.queue.is_empty() {
+            if self.scheduler.running.is_idle() && self.queue.is_empty() {
                 return;
             }
             self.step();

@@ -1,4 +1,4 @@
-//! Prefix reuse through the scheduler: host-memory saves and restores, donors, the forecast's view of held prefixes (`scheduler/kv.rs`).
+//! Prefix reuse through the scheduler: host-memory saves and restores, donors, the forecast's view of held prefixes (`kv/residency.rs`).
 
 use super::*;
 
@@ -33,7 +33,7 @@ fn an_idle_slot_that_lends_its_prefix_and_is_then_overwritten_is_saved_first() {
     for _ in 0..6 {
         h.step();
     }
-    assert!(h.scheduler.slots[1].is_none() && h.scheduler.slots[2].is_none());
+    assert!(h.scheduler.running[1].is_none() && h.scheduler.running[2].is_none());
     // A new conversation shares A's first 20 tokens: it goes into slot 1 and copies them
     // from slot 2; an unrelated prompt admitted in the same step takes slot 2, the donor.
     let _shares = h.submit_n(&format!("{}{}", &PROMPT_A[..20], "zzzzzzzzzzzzzzzzzzzzzzzzzzzz"), 4);
@@ -70,7 +70,7 @@ fn a_prompt_in_host_memory_is_restored_even_when_the_lowest_free_slot_is_lending
     let runs = h.step();
     assert_eq!(h.scheduler.executor.restores, [(3, 0)]);
     assert_eq!(runs.last(), Some(&(3, ", and more".len())), "only the new tokens are prefilled");
-    assert!(h.scheduler.slots[2].is_none(), "the donor keeps its prefix");
+    assert!(h.scheduler.running[2].is_none(), "the donor keeps its prefix");
 }
 
 #[test]

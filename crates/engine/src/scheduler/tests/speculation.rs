@@ -1,4 +1,4 @@
-//! Speculative decoding in the step (`speculate`, `scheduler/decode.rs::verify`), against an
+//! Speculative decoding in the step (`speculation`, `scheduler/decode.rs::verify`), against an
 //! executor that always continues a script: drafts from the sequence's own tokens are fed
 //! after its last token, kept as far as the model agrees, and the output is the model's.
 
@@ -109,14 +109,18 @@ fn a_sequence_copying_an_earlier_run_drafts_past_the_short_limit_and_output_is_u
     assert_eq!(plain, &file[20..140]);
     assert_eq!(fast, plain, "speculation changes no token");
     let widest = h.scheduler.executor.batches.iter().skip(1).map(Vec::len).max().unwrap_or(0);
-    assert!(widest > crate::speculate::MAX_DRAFT + 1, "a copy draft beyond {}: {widest}", crate::speculate::MAX_DRAFT);
+    assert!(
+        widest > crate::speculation::lookup::MAX_DRAFT + 1,
+        "a copy draft beyond {}: {widest}",
+        crate::speculation::lookup::MAX_DRAFT
+    );
     assert!(steps * 6 < plain_steps, "{steps} steps against {plain_steps}");
     let spec = h.scheduler.stats.snapshot().speculation;
     assert_eq!(spec.accepted_tokens, spec.draft_tokens, "{spec:?}");
     // Kept tokens past the short limit are counted at their own positions, not dropped.
     let counted: u64 = spec.accepted_per_position.iter().sum();
     assert_eq!(counted, spec.accepted_tokens, "{spec:?}");
-    assert!(spec.accepted_per_position[crate::speculate::MAX_DRAFT] > 0, "{spec:?}");
+    assert!(spec.accepted_per_position[crate::speculation::lookup::MAX_DRAFT] > 0, "{spec:?}");
 }
 
 #[test]
@@ -174,7 +178,10 @@ fn sampled_output_is_the_models_distribution_draw_for_draw() {
         let mut h = Harness::configured(1, 64, |c| c.speculative = speculative);
         h.scheduler.executor.random = Some((rand::SeedableRng::seed_from_u64(7), weights.clone()));
         // Rows nearly free: drafts go on however often they are wrong.
-        h.scheduler.forecaster.freeze(crate::forecast::StepCosts { decode_step_ms: 7.0, prefill_token_ms: 2.5 }, 0.1);
+        h.scheduler
+            .costs
+            .step
+            .freeze(crate::cost::step_costs::StepCosts { decode_step_ms: 7.0, prefill_token_ms: 2.5 }, 0.1);
         let mut events = h.submit_n("abcabc", 3000);
         h.run_to_idle();
         let spec = h.scheduler.stats.snapshot().speculation;
@@ -251,13 +258,16 @@ fn tokens_forced_after_a_kept_draft_end_the_verification_there() {
 /// Four sequences decoding together, one of them copying a "file" from its prompt (it could
 /// draft 20 tokens a step and keep them all), three with nothing to draft; with `guard`,
 /// until the copy ends. The rows of each step all four decoded in, and the harness.
-fn copying_beside_three(guard: crate::draft_lengths::FairnessGuard) -> (Vec<usize>, Harness) {
+fn copying_beside_three(guard: crate::speculation::draft_lengths::FairnessGuard) -> (Vec<usize>, Harness) {
     let file = patternless(150);
     let script = format!("{file}{file}");
     let mut h = Harness::configured(4, 64, |c| (c.speculative, c.draft_guard) = (true, guard));
     // Rows cheap beside a step's first (7 ms, then 0.5 ms a row, as on a GPU): drafting pays
     // for the batch, and a copy's long drafts would make every stream's step long.
-    h.scheduler.forecaster.freeze(crate::forecast::StepCosts { decode_step_ms: 7.0, prefill_token_ms: 2.5 }, 0.5);
+    h.scheduler
+        .costs
+        .step
+        .freeze(crate::cost::step_costs::StepCosts { decode_step_ms: 7.0, prefill_token_ms: 2.5 }, 0.5);
     h.scheduler.executor.script = Some(script.as_bytes().to_vec());
     let mut copier = h.submit_n(&script[..170], 80);
     let others: Vec<Events> = (0..3).map(|i| h.submit_n(&file[..30 + i], 200)).collect();
@@ -284,15 +294,17 @@ fn a_stream_beside_a_copying_one_keeps_its_step_within_the_guard() {
     // A pass of r rows costs 7 + 0.5 (r - 1) ms: the four rows 8.5 ms. The copy's drafts
     // go in a pass of their own (`ubatch_passes`): 7 ms more at least, where the guard
     // allows 1.2 times 8.5. Unguarded, the copy drafts deep and every step waits for it.
-    let (unguarded, _) =
-        copying_beside_three(crate::draft_lengths::FairnessGuard { max_slowdown: f64::INFINITY, tpot_ms: None });
+    let (unguarded, _) = copying_beside_three(crate::speculation::draft_lengths::FairnessGuard {
+        max_slowdown: f64::INFINITY,
+        tpot_ms: None,
+    });
     assert!(unguarded.iter().any(|&r| r > 20), "unguarded, the copy widens the steps: {unguarded:?}");
-    let (guarded, h) = copying_beside_three(crate::draft_lengths::FairnessGuard::default());
+    let (guarded, h) = copying_beside_three(crate::speculation::draft_lengths::FairnessGuard::default());
     assert!(!guarded.is_empty() && guarded.iter().all(|&r| r == 4), "{guarded:?}");
     assert!(h.scheduler.stats.snapshot().speculation.guard_cuts > 0);
     // A TPOT objective of 20 ms bounds the step instead: 8.5 ms and a pass of up to 10
     // drafts (11.5 ms).
-    let tpot = crate::draft_lengths::FairnessGuard { tpot_ms: Some(20.0), ..Default::default() };
+    let tpot = crate::speculation::draft_lengths::FairnessGuard { tpot_ms: Some(20.0), ..Default::default() };
     let (loose, _) = copying_beside_three(tpot);
     assert!(loose.iter().all(|&r| r <= 14) && loose.iter().any(|&r| r > 4), "{loose:?}");
 }

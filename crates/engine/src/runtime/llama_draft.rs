@@ -21,8 +21,8 @@ use llama_cpp_2::token::LlamaToken;
 
 use crate::config::EngineConfig;
 use crate::error::EngineError;
-use crate::llama_context::{backend, slot_context_params};
-use crate::log_softmax::log_softmax_at;
+use crate::logits::log_softmax::log_softmax_at;
+use crate::runtime::llama_context::{backend, slot_context_params};
 use crate::runtime::{DraftWant, RuntimeError, TokenId};
 
 /// History tokens the draft model takes in per call, over all sequences: a step waits on

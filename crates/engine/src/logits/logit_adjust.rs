@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 
 use rillm_backend::{Penalties, SamplingParams};
 
-use crate::runtime::TokenId;
+use rillm_backend::TokenId;
 
 #[derive(Debug, Clone)]
 pub struct LogitAdjust {

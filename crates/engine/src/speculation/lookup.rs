@@ -6,9 +6,9 @@
 //! `scheduler::decode::verify` keeps the longest prefix the model itself would have
 //! sampled. Under a constraint a draft is cut to what the grammar accepts, each row is
 //! sampled under its mask, and tokens the grammar forces after a kept draft end the
-//! verification (they take the positions the rest was fed at). How many tokens to draft
-//! is priced here: on a CPU an extra row costs about a prompt token's compute, which a
-//! draft repays only where it is likely to be accepted.
+//! verification (they take the positions the rest was fed at). How many tokens to feed is
+//! `draft_lengths`' choice, for every sequence at once: on a CPU an extra row costs about a
+//! prompt token's compute, which a draft repays only where it is likely to be accepted.
 //!
 //! A sequence whose last `COPY_MATCH` tokens all occurred before is copying (code being
 //! repeated or edited, a quoted passage): what followed there is likely to follow whole,
@@ -18,14 +18,15 @@
 //! where drafting pays most. Copies keep their own acceptance estimate. Where the
 //! sequence's own tokens hold no copy, earlier requests' may (`ngram_pool`).
 
-pub(crate) use crate::draft_acceptance::DraftSource;
-use crate::draft_lengths::{self, DraftOption, FairnessGuard, PassRules, StepBounds, MIN_GAIN};
-use crate::forecast::DraftPrices;
+pub(crate) use super::acceptance::DraftSource;
+use super::draft_lengths::{DraftOption, MIN_GAIN};
+use super::ngram_pool::NgramPool;
+use super::state::SlotDrafts;
+use crate::cost::step_costs::DraftPrices;
 #[cfg(test)]
-use crate::forecast::RowCosts;
-use crate::ngram_pool::NgramPool;
+use crate::cost::step_costs::RowCosts;
+use crate::request::sequence::Sequence;
 use crate::runtime::TokenId;
-use crate::sequence::Sequence;
 
 /// Longest and shortest suffix looked up (vLLM's `prompt_lookup_max`/`_min`). One token of
 /// context matches almost anywhere and is rarely followed the same way.
@@ -36,110 +37,36 @@ const MIN_NGRAM: usize = 2;
 pub(crate) const MAX_DRAFT: usize = 8;
 
 /// Tokens that must match an earlier run for the sequence to count as copying it.
-const COPY_MATCH: usize = crate::ngram_pool::KEY_TOKENS;
+const COPY_MATCH: usize = crate::speculation::ngram_pool::KEY_TOKENS;
 
 /// Most tokens drafted in one step from a copy.
 pub(crate) const MAX_COPY_DRAFT: usize = rillm_backend::DRAFT_POSITIONS;
 
-/// What bounds and prices the next step's drafts.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct DraftStep<'a> {
-    pub prices: DraftPrices<'a>,
-    /// KV cells per sequence.
-    pub ctx_limit: u32,
-    /// Drafted rows the step has room for, in all.
-    pub budget: usize,
-    /// How the runtime cuts the step into passes (`draft_lengths`).
-    pub rules: PassRules,
-    /// Whether to look drafts up at all (forced tokens are laid out either way).
-    pub lookups: bool,
-    /// What drafts may cost the streams beside them.
-    pub guard: FairnessGuard,
-}
-
-impl DraftStep<'_> {
-    /// The step's bounds for `draft_lengths`, drafts made at `draft_pass_ms` a token.
-    pub fn bounds(&self, draft_pass_ms: f64) -> StepBounds {
-        StepBounds { budget: self.budget, rules: self.rules, draft_pass_ms, guard: self.guard }
-    }
-}
-
-/// Sets each generating sequence's drafts for the next step (with `step.lookups`): what
-/// prompt lookup finds (in its own tokens, else a copy from `pool`), each as deep as pays
-/// given what the whole step's layout costs (`draft_lengths`); and how many of its forced
-/// tokens each feeds. `scratch` holds buffers reused across steps. Returns whether the
-/// fairness guard cut drafts that would otherwise have been fed.
-pub(crate) fn propose_drafts(
-    slots: &mut [Option<Sequence>],
+/// What prompt lookup offers one sequence with `room` for drafts: its own tokens' match
+/// (`history`), else a copy from earlier requests (`pool`); the part its constraint accepts
+/// goes into `state.drafts`, priced by the acceptance of the draft's source.
+pub(crate) fn offer(
+    seq: &mut Sequence,
+    state: &mut SlotDrafts,
     pool: &NgramPool,
-    step: DraftStep,
-    scratch: &mut DraftScratch,
-) -> bool {
-    let DraftStep { prices, ctx_limit, budget, lookups, .. } = step;
-    let DraftScratch { history, found, base, options, lengths } = scratch;
-    base.clear();
-    options.clear();
-    for slot in slots.iter_mut() {
-        let Some(seq) = slot.as_mut() else {
-            base.push(0);
-            options.push(None);
-            continue;
-        };
-        seq.drafts.clear();
-        seq.predicted = None;
-        let uncached = seq.uncached_generated().len();
-        if uncached > 1 {
-            // The last sampled token, then the ones its constraint forced after it.
-            base.push(1);
-            options.push(Some(DraftOption::forced(uncached - 1)));
-            continue;
+    history: &[TokenId],
+    room: usize,
+    found: &mut Vec<TokenId>,
+) -> DraftOption {
+    let mut source = lookup_draft(history, room, found);
+    if source == DraftSource::Suffix {
+        let pooled = pool.lookup(history, room.min(MAX_COPY_DRAFT));
+        if !pooled.is_empty() {
+            found.clear();
+            found.extend_from_slice(pooled);
+            source = DraftSource::Copy;
         }
-        base.push(uncached);
-        let room = seq.draft_room(ctx_limit).min(budget);
-        if !lookups || room == 0 || uncached != 1 {
-            options.push(None);
-            continue;
-        }
-        seq.history_into(history);
-        let mut source = lookup_draft(history, room, found);
-        if source == DraftSource::Suffix {
-            let pooled = pool.lookup(history, room.min(MAX_COPY_DRAFT));
-            if !pooled.is_empty() {
-                found.clear();
-                found.extend_from_slice(pooled);
-                source = DraftSource::Copy;
-            }
-        }
-        // Under a constraint, only the part of the draft the grammar accepts can be kept.
-        let allowed = seq.constraint_allows(found);
-        seq.acceptance.source = source;
-        seq.drafts.extend_from_slice(&found[..allowed]);
-        options.push(Some(DraftOption::drafted(allowed, seq.acceptance.current())));
     }
-    let cut = draft_lengths::choose(base, options, prices, step.bounds(0.0), lengths);
-    for ((seq, &k), option) in slots.iter_mut().zip(lengths.iter()).zip(options.iter()) {
-        let (Some(seq), Some(option)) = (seq, option) else { continue };
-        if option.forced {
-            seq.held_forced = option.available - k;
-            continue;
-        }
-        // Not drafting still teaches: was the lookup's first token the model's next?
-        if k == 0 {
-            seq.predicted = seq.drafts.first().copied();
-        }
-        seq.drafts.truncate(k);
-    }
-    cut
-}
-
-/// Buffers `propose_drafts` reuses from step to step.
-#[derive(Debug, Default)]
-pub(crate) struct DraftScratch {
-    history: Vec<TokenId>,
-    found: Vec<TokenId>,
-    base: Vec<usize>,
-    options: Vec<Option<DraftOption>>,
-    lengths: Vec<usize>,
+    // Under a constraint, only the part of the draft the grammar accepts can be kept.
+    let allowed = seq.constraint_allows(found);
+    state.acceptance.source = source;
+    state.drafts.extend_from_slice(&found[..allowed]);
+    DraftOption::drafted(allowed, state.acceptance.current())
 }
 
 /// Puts into `draft` what followed an earlier occurrence of the end of `history`, at most

@@ -15,7 +15,7 @@ use std::hash::{Hash, Hasher};
 use crate::runtime::TokenId;
 
 /// Tokens a sequence's end must share with an earlier request's tokens to draft from them:
-/// as long as the copy match of `speculate`, so a pooled draft is as likely to be right.
+/// as long as the copy match of `lookup`, so a pooled draft is as likely to be right.
 pub(crate) const KEY_TOKENS: usize = 16;
 
 /// Tokens the pool holds by default: 1 MB of token ids, and an index entry (24 bytes, plus

@@ -18,8 +18,8 @@
 //! the step's whole slowdown, one that drafts pays it spread over the tokens it expects to
 //! keep. A lone stream, or streams that all draft and keep, still draft as deep as pays.
 
-use crate::forecast::DraftPrices;
-use crate::ubatch_passes::{passes_into, Pass};
+use crate::cost::step_costs::DraftPrices;
+use crate::runtime::ubatch_passes::{passes_into, Pass};
 
 /// A layout with drafts must promise this much more output per millisecond than none:
 /// prices are measured on a noisy machine, and a draft that only breaks even costs latency.
@@ -27,9 +27,6 @@ pub(crate) const MIN_GAIN: f64 = 1.05;
 
 /// Rounds of one-sequence-at-a-time improvement; each usually settles in one or two.
 const ROUNDS: usize = 3;
-
-/// How much slower per token a stream's step may get for the drafts beside it, by default.
-pub const DEFAULT_MAX_SLOWDOWN: f64 = 1.2;
 
 /// What drafts may cost the streams beside them: each stream's expected time per token in
 /// a layout with drafts at most `max_slowdown` times its time without drafts, or, with a
@@ -42,7 +39,7 @@ pub struct FairnessGuard {
 
 impl Default for FairnessGuard {
     fn default() -> Self {
-        Self { max_slowdown: DEFAULT_MAX_SLOWDOWN, tpot_ms: None }
+        Self { max_slowdown: crate::config::DEFAULT_SPEC_MAX_SLOWDOWN, tpot_ms: None }
     }
 }
 
@@ -292,7 +289,7 @@ impl<'a> Search<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::forecast::RowCosts;
+    use crate::cost::step_costs::RowCosts;
 
     /// The guard off (drafts may slow other streams as much as pays), as before it was.
     const UNGUARDED: FairnessGuard = FairnessGuard { max_slowdown: f64::INFINITY, tpot_ms: None };

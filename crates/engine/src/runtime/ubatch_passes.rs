@@ -10,7 +10,7 @@
 //! cached tokens, logits on every row: 8 × 2 rows in one pass 72.5 ms, the same 16 rows laid
 //! out 1,5,1,3,1,1,1,3 (four passes) 99 ms, and 12 rows laid out 2,1,2,1,2,1,2,1 (five
 //! passes) 79-90 ms, more than the 16 in one. Drafts are therefore chosen by what their
-//! layout costs (`speculate`), and step prices are learnt from one-pass steps only.
+//! layout costs (`speculation::draft_lengths`), and step prices are learnt from one-pass steps only.
 
 use crate::runtime::BatchToken;
 

@@ -15,16 +15,16 @@ use llama_cpp_2::token::logit_bias::LlamaLogitBias;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::{LlamaStateSeqFlags, SeqState};
 
-use crate::attention_cost::{
-    cpu_prefill_width, widening_pays, PROBE_CACHED, PROBE_NARROW_ROWS, TILE_QUERY_ROWS, WIDE_PREFILL_ROWS,
-};
 use crate::chat::ChatTemplate;
 use crate::config::EngineConfig;
 use crate::error::EngineError;
-use crate::llama_context::{backend, slot_context_params};
-use crate::llama_draft::DraftContext;
-use crate::log_softmax::log_softmax_at;
-use crate::logit_adjust::LogitAdjust;
+use crate::logits::log_softmax::log_softmax_at;
+use crate::logits::logit_adjust::LogitAdjust;
+use crate::runtime::attention_cost::{
+    cpu_prefill_width, widening_pays, PROBE_CACHED, PROBE_NARROW_ROWS, TILE_QUERY_ROWS, WIDE_PREFILL_ROWS,
+};
+use crate::runtime::llama_context::{backend, slot_context_params};
+use crate::runtime::llama_draft::DraftContext;
 use crate::runtime::{BatchToken, DraftWant, Executor, RuntimeError, TokenId, Tokenizer};
 use rillm_backend::SamplingParams;
 use toktrie::{SimpleVob, TokEnv, TokTrie, TokenizerEnv};
@@ -187,6 +187,7 @@ impl<'m> LlamaExecutor<'m> {
         let widen_prefills = cpu_attention
             && ctx_per_sequence as usize > PROBE_CACHED + PROBE_NARROW_ROWS
             && max_batch_tokens >= WIDE_PREFILL_ROWS
+            && !config.fixed_step_prices
             && widening_verdict(config, || probe_widening(&mut ctx, &mut batch, model.model.n_vocab()))?;
         Ok(Self {
             model,

@@ -1,7 +1,7 @@
 //! Log-probabilities over a row of logits, fast enough for the engine thread: a prompt
 //! being scored takes one row per prompt token, a draft model one per drafted token.
 
-use crate::runtime::TokenId;
+use rillm_backend::TokenId;
 
 /// `token`'s log-softmax over `logits`, and the `top` largest entries', most likely first.
 /// Two passes over the row, written so that the compiler vectorizes them (a prompt being

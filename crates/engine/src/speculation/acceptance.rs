@@ -1,6 +1,6 @@
 //! How often a sequence's drafts are kept, by where they came from: how deep its next
-//! draft goes (`speculate::draft_len` prices a draft by this per-token chance). Apart from
-//! `speculate` so that a `Sequence` can hold it without the two modules needing each other.
+//! draft goes (`draft_lengths` prices a draft by this per-token chance). Each slot's
+//! estimates are the drafter's (`SlotDrafts`).
 
 /// Where a draft came from: each kind has its own acceptance estimate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

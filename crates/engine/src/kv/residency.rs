@@ -8,10 +8,10 @@
 
 use std::collections::HashSet;
 
-use crate::host_cache::{block_hashes, HostCache};
-use crate::prefix_cache::{reusable, PrefixCache};
+use crate::kv::host_cache::{block_hashes, HostCache};
+use crate::kv::prefix_index::{reusable, PrefixCache};
+use crate::request::sequence::Sequence;
 use crate::runtime::{Executor, TokenId};
-use crate::sequence::Sequence;
 use crate::stats::EngineStats;
 
 /// Copying another slot's KV stream costs about as much as prefilling a few tokens; below
@@ -34,7 +34,7 @@ enum CopyEnd {
 }
 
 /// The running sequences, by slot (`None`: idle).
-pub(super) type Slots = [Option<Sequence>];
+pub(crate) type Slots = [Option<Sequence>];
 
 pub(crate) struct KvResidency<S> {
     prefix_caching: bool,
@@ -190,7 +190,7 @@ impl<S> KvResidency<S> {
     pub fn held_blocks(&self, slots: &Slots) -> HashSet<u64> {
         let mut blocks: HashSet<u64> = self.host.iter().flat_map(HostCache::held_block_hashes).collect();
         for (slot, seq) in slots.iter().enumerate() {
-            let tokens = seq.as_ref().map_or(self.idle.held(slot), |seq| &seq.request.prompt[..]);
+            let tokens = seq.as_ref().map_or(self.idle.held(slot), |seq| &seq.request().prompt[..]);
             blocks.extend(block_hashes(tokens));
         }
         blocks

@@ -14,8 +14,9 @@
 use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
-use crate::prefix_cache::reusable;
+use crate::kv::prefix_index::reusable;
 use crate::runtime::TokenId;
+use crate::stats::HostCacheCounts;
 
 /// Tokens per hashed block. Small, so a match is found close to its true length; the
 /// exact length is counted from the tokens anyway.
@@ -27,15 +28,6 @@ struct Entry<S> {
     bytes: usize,
     last_used: u64,
     block_hashes: Vec<u64>,
-}
-
-/// What the tier holds and has done, for metrics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct HostCacheCounts {
-    pub entries: usize,
-    pub bytes: usize,
-    pub saves: u64,
-    pub evictions: u64,
 }
 
 pub struct HostCache<S> {

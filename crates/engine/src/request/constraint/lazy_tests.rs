@@ -182,8 +182,8 @@ fn every_straddling_split_of_every_trigger_goes_on_in_a_made_up_vocabulary() {
 #[test]
 fn every_straddling_token_of_the_real_vocabulary_goes_on() {
     let config = crate::EngineConfig::new(rillm_models::model_for_tests());
-    let model = crate::llama::load_model(&config).expect("the test model loads");
-    let env = crate::llama::grammar_tok_env(&model);
+    let model = crate::runtime::llama::load_model(&config).expect("the test model loads");
+    let env = crate::runtime::llama::grammar_tok_env(&model);
     let compiler = GrammarCompiler::new(&env).expect("factory");
     for (trigger, grammar) in formats() {
         let (mut cases, mut refused) = (0, 0);

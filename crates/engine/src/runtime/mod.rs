@@ -1,9 +1,19 @@
-//! The seam between the scheduler and a model runtime.
+//! The seam between the scheduler and a model runtime, and the runtime behind it: the
+//! llama.cpp executor (`llama`) with its context (`llama_context`) and a draft model's
+//! (`llama_draft`), and the facts of llama.cpp's kernels that shape what a step costs
+//! (`attention_cost`: when a wider prefill is cheaper; `ubatch_passes`: how a batch is cut
+//! into passes over the weights). Nothing here decides what runs: that is the scheduler's.
 //!
 //! Two traits because the two halves live on different threads: a [`Tokenizer`] is shared
 //! by every caller (tokenizing at `submit` keeps that work off the engine thread and lets
 //! context overflows be rejected before queueing), while the [`Executor`] owns the mutable
 //! inference state and never leaves the engine thread.
+
+pub(crate) mod attention_cost;
+pub(crate) mod llama;
+pub(crate) mod llama_context;
+pub(crate) mod llama_draft;
+pub(crate) mod ubatch_passes;
 
 use crate::chat::ChatTemplate;
 use rillm_backend::SamplingParams;
@@ -92,7 +102,7 @@ pub trait Executor {
         seq: usize,
         batch_index: usize,
         mask: Option<&SimpleVob>,
-        adjust: Option<&crate::LogitAdjust>,
+        adjust: Option<&crate::logits::logit_adjust::LogitAdjust>,
     ) -> TokenId;
     /// The log-probability of `token` in the output row of batch entry `batch_index` of the
     /// last decode (log-softmax of the raw logits), and the `top` most likely tokens with

@@ -1,8 +1,8 @@
 //! The TPOT objective's prefill budget (`--tpot-slo-ms`): how many prompt tokens a step may
 //! prefill beside the generating sequences.
 
-use crate::forecast::Forecaster;
-use crate::sequence::Sequence;
+use super::step_costs::StepCostModel;
+use crate::request::sequence::Sequence;
 
 /// The smallest prompt chunk a step beside generating sequences prefills under the TPOT
 /// objective (fewer wait for more slack): llama.cpp's CPU attention runs fewer than 64
@@ -27,25 +27,40 @@ const RECOVERY_TOKENS: u32 = 32;
 /// A cap per step would not do: on a CPU a prompt token costs the same in whichever step
 /// it is computed, so chunking a prefill spreads a stream's stalls but leaves its mean
 /// time per token as it was; only prefilling while streams have slack to spare keeps it.
-/// The forecast learns the rate prompts fill at in the long run: the objective less
-/// the decode part, every step.
-pub(super) fn prefill_cap(
+/// The wait forecast learns the rate prompts fill at in the long run (`steady`): the
+/// objective less the decode part, every step.
+pub(crate) fn prefill_cap(
     slots: &[Option<Sequence>],
     rows: usize,
-    forecaster: &mut Forecaster,
+    costs: &StepCostModel,
     tpot_slo_ms: Option<u32>,
-) -> usize {
+) -> PrefillCap {
     let Some(target) = tpot_slo_ms.filter(|_| rows > 0).map(f64::from) else {
-        forecaster.set_prefill_cap(None);
-        return usize::MAX;
+        return PrefillCap { tokens: usize::MAX, steady: None };
     };
-    let steady = forecaster.prefill_within(target, rows);
+    let steady = costs.prefill_within(target, rows);
     // Where decode steps alone overrun the objective, nothing holds prompts back.
-    forecaster.set_prefill_cap((steady > 0).then_some((target, steady)));
-    let decode_ms = forecaster.decode_ms(rows);
+    let steady = (steady > 0).then_some((target, steady));
+    let tokens = step_cap(slots, rows, costs, target);
+    PrefillCap { tokens, steady }
+}
+
+/// The prompt tokens a step may prefill under the TPOT objective, and in the long run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct PrefillCap {
+    /// This step's (`usize::MAX`: no cap).
+    pub tokens: usize,
+    /// The objective and the tokens a step of it leaves for prompts, where decode steps
+    /// alone do not overrun it: what the wait forecast fills prompts at.
+    pub steady: Option<(f64, usize)>,
+}
+
+/// What the tightest generating sequence can spend on this step's prompts.
+fn step_cap(slots: &[Option<Sequence>], rows: usize, costs: &StepCostModel, target: f64) -> usize {
+    let decode_ms = costs.decode_ms(rows);
     // A sequence behind its objective wins back what each decode-only step leaves of it.
     let recoverable = |seq: &Sequence, slack: f64| {
-        let left = seq.request.max_tokens.saturating_sub(seq.generated).min(RECOVERY_TOKENS);
+        let left = seq.request().max_tokens.saturating_sub(seq.generated()).min(RECOVERY_TOKENS);
         slack + f64::from(left) * (target - decode_ms) >= decode_ms
     };
     let tightest = slots
@@ -56,7 +71,7 @@ pub(super) fn prefill_cap(
     if tightest.is_infinite() {
         return usize::MAX;
     }
-    let tokens = forecaster.prefill_within(tightest.max(0.0), rows);
+    let tokens = costs.prefill_within(tightest.max(0.0), rows);
     if tokens < MIN_PREFILL_PER_STEP {
         0
     } else {
