@@ -42,7 +42,7 @@ pub enum MergeError {
     #[error("request {index} is in two shards ({a} and {b}): they did not split one schedule")]
     Overlap { index: usize, a: String, b: String },
     #[error(transparent)]
-    Write(#[from] crate::WriteError),
+    Write(#[from] crate::files::WriteError),
 }
 
 fn shard_of(run: &Run) -> Result<Shard, MergeError> {

@@ -42,7 +42,7 @@ pub struct Chunk {
     pub end: bool,
     pub error: Option<String>,
     /// Pieces of tool calls (`delta.tool_calls`, chat).
-    pub tool_calls: Vec<crate::workload::tools::ToolCallDelta>,
+    pub tool_calls: Vec<super::tool_calls::ToolCallDelta>,
 }
 
 impl Chunk {

@@ -82,7 +82,7 @@ struct Delta<'a> {
     #[serde(borrow, default)]
     reasoning: Option<Cow<'a, str>>,
     #[serde(default)]
-    tool_calls: Option<Vec<crate::workload::tools::ToolCallDelta>>,
+    tool_calls: Option<Vec<super::tool_calls::ToolCallDelta>>,
 }
 
 #[derive(Deserialize)]

@@ -9,12 +9,12 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::chunk::{error_message, n, some_usage, Chunk, PromptDetails, UsageInfo};
-use crate::workload::tools::{FunctionDelta, ToolCallDelta};
+use crate::protocol::tool_calls::{FunctionDelta, ToolCallDelta};
 
 /// A chat history as input items: an assistant turn's calls become `function_call` items
 /// after its text, a tool message a `function_call_output`; any other message goes as it is
 /// (`{"role", "content"}` is an input item too).
-pub(super) fn input_items(messages: Vec<Value>) -> Vec<Value> {
+pub(crate) fn input_items(messages: Vec<Value>) -> Vec<Value> {
     let mut items = Vec::with_capacity(messages.len());
     for message in messages {
         match message["role"].as_str() {
@@ -38,7 +38,7 @@ pub(super) fn input_items(messages: Vec<Value>) -> Vec<Value> {
 
 /// Chat's `tools` and `tool_choice` in the Responses API's flat shapes
 /// (`{"type": "function", "name", "parameters"}`, `{"type": "function", "name"}`).
-pub(super) fn tool_fields(tools: &[Value], tool_choice: &Value) -> Value {
+pub(crate) fn tool_fields(tools: &[Value], tool_choice: &Value) -> Value {
     let tools: Vec<Value> = tools
         .iter()
         .map(|tool| {
@@ -215,7 +215,7 @@ fn end(state: ResponseState) -> Chunk {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload::tools::{assemble, ToolCall};
+    use crate::protocol::tool_calls::{assemble, ToolCall};
 
     fn one(data: &str) -> Chunk {
         ResponsesDecoder::default().decode(data)

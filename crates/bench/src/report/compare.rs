@@ -19,7 +19,7 @@ use crate::results::result::BenchResult;
 pub fn run(args: &CompareArgs) -> Result<String, CompareError> {
     let (runs, differences) = load_all(args)?;
     if let Some(path) = &args.report {
-        crate::write_file(path, &html(&runs, &differences))?;
+        crate::files::write_file(path, &html(&runs, &differences))?;
     }
     Ok(match args.format {
         CompareFormat::Text => text(&runs, &differences),

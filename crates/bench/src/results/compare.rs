@@ -70,7 +70,7 @@ pub enum CompareError {
     #[error("these runs measured different workloads, so their ratios would not compare the servers:\n  {}\n(--force compares them anyway)", .0.join("\n  "))]
     Mismatch(Vec<String>),
     #[error(transparent)]
-    Write(#[from] crate::WriteError),
+    Write(#[from] crate::files::WriteError),
 }
 
 /// One result file.

@@ -70,15 +70,15 @@ impl RunContext {
     /// The context of a run of `args` against `model`, started by `command`.
     pub fn new(args: &BenchArgs, model: Option<&str>, command: &str) -> Self {
         let mut hashes = BTreeMap::new();
-        if let Some(exe) = std::env::current_exe().ok().and_then(|p| crate::sha256_file(&p).map(|h| (p, h))) {
+        if let Some(exe) = std::env::current_exe().ok().and_then(|p| crate::files::sha256_file(&p).map(|h| (p, h))) {
             hashes.insert(format!("rillm:{}", exe.0.display()), exe.1);
         }
         for input in [&args.dataset, &args.trace, &args.tokenizer].into_iter().flatten() {
-            if let Some(h) = crate::sha256_file(input) {
+            if let Some(h) = crate::files::sha256_file(input) {
                 hashes.insert(input.display().to_string(), h);
             }
         }
-        let host = crate::origin(args.url.first().map_or("", String::as_str));
+        let host = crate::protocol::origin(args.url.first().map_or("", String::as_str));
         let loopback =
             ["127.", "localhost", "[::1]"].iter().any(|h| host.split("://").nth(1).is_some_and(|x| x.starts_with(h)));
         let device = args.device.clone().unwrap_or_else(|| {

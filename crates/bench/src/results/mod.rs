@@ -2,6 +2,7 @@
 //! records turned into figures (percentiles, goodput, SLO attainment, sustainable rate),
 //! what limited the run, the typed run context, and result files read back to compare.
 
+pub mod checks;
 pub mod compare;
 pub mod context;
 pub mod limits;

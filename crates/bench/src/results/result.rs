@@ -90,12 +90,12 @@ pub struct RequestJson {
     pub finish_reason: Option<String>,
     /// Constraint workloads: does the output parse, and is it valid for its constraint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output_check: Option<crate::workload::structured::OutputCheck>,
+    pub output_check: Option<crate::checks::OutputCheck>,
     /// Tool workloads: the round of its turn (1: the user's turn) and its calls' check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub round: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub call_check: Option<crate::workload::tools::CallCheck>,
+    pub call_check: Option<crate::checks::CallCheck>,
 }
 
 impl RequestJson {
@@ -300,10 +300,10 @@ pub struct BenchResult {
     pub tokens: TokenSummary,
     /// Constraint workloads (`--response-format`): how many outputs were valid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub structured_outputs: Option<crate::workload::structured::ConstraintSummary>,
+    pub structured_outputs: Option<crate::results::checks::ConstraintSummary>,
     /// Tool workloads (`--tools`): calls made and valid, rounds, TTFT by round.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_calls: Option<crate::workload::tools::ToolCallSummary>,
+    pub tool_calls: Option<crate::results::checks::ToolCallSummary>,
     /// Speculative decoding over the level, from the server's own `vllm:spec_decode_*`
     /// counters (servers that publish them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -510,10 +510,10 @@ pub fn build(facts: RunFacts) -> BenchResult {
         slo_attainment_pct: if records.is_empty() { 0.0 } else { 100.0 * meeting_all as f64 / records.len() as f64 },
         latency,
         tokens: token_summary,
-        structured_outputs: crate::workload::structured::ConstraintSummary::of(
+        structured_outputs: crate::results::checks::ConstraintSummary::of(
             done.iter().filter_map(|r| Some((r.output_check?, r.finish_reason.as_deref() == Some("length")))),
         ),
-        tool_calls: crate::workload::tools::ToolCallSummary::of(
+        tool_calls: crate::results::checks::ToolCallSummary::of(
             done.iter().filter_map(|r| Some((r.call_check?, r.round.unwrap_or(1), r.ttft_ms))),
         ),
         speculation: None,

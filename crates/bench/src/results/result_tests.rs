@@ -93,7 +93,7 @@ fn all_answers_to_a_prompt_are_timed_from_its_first_send_to_its_last_end() {
 
 #[test]
 fn valid_structured_outputs_are_counted_a_second() {
-    use crate::workload::structured::OutputCheck;
+    use crate::checks::OutputCheck;
     let valid = OutputCheck { parses: true, valid: true };
     let checked = |check, finish: &str, mut r: RequestRecord| {
         r.output_check = Some(check);

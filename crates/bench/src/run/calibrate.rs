@@ -6,8 +6,8 @@
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
-use crate::protocol::{PromptSpec, RequestSpec};
 use crate::run::client::RequestRecord;
+use crate::workload::spec::{PromptSpec, RequestSpec};
 
 /// Words per prompt: a short first one that only warms the server up (its first request
 /// pays for setting up buffers), then about 40, 150 and 450 tokens with a BPE tokenizer,

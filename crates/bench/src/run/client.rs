@@ -65,11 +65,11 @@ pub struct RequestRecord {
     /// Why the server ended it, where its stream said (`length`: cut by `max_tokens`).
     pub finish_reason: Option<String>,
     /// Constraint workloads: what the check of its output found (completed requests).
-    pub output_check: Option<crate::workload::structured::OutputCheck>,
+    pub output_check: Option<crate::checks::OutputCheck>,
     /// Tool workloads: the calls the reply made, their check, and which round of its turn
     /// it was (1: the user's turn; 2 on: replies to tool results).
-    pub tool_calls: Vec<crate::workload::tools::ToolCall>,
-    pub call_check: Option<crate::workload::tools::CallCheck>,
+    pub tool_calls: Vec<crate::protocol::tool_calls::ToolCall>,
+    pub call_check: Option<crate::checks::CallCheck>,
     pub round: Option<u32>,
 }
 
@@ -249,7 +249,7 @@ async fn exchange(target: &Target<'_>, body: &Value, sent: Instant, record: &mut
             record.event_tokens.push(chunk.tokens);
             record.text.push_str(&chunk.text);
             for delta in chunk.tool_calls {
-                crate::workload::tools::assemble(&mut record.tool_calls, delta);
+                crate::protocol::tool_calls::assemble(&mut record.tool_calls, delta);
             }
             record.reasoning_chars += chunk.reasoning.chars().count();
         }

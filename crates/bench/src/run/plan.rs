@@ -5,9 +5,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::protocol::{request_body, BodyOptions, Protocol, RequestSpec};
+use crate::protocol::Protocol;
 use crate::run::client::{send, RequestRecord, Target};
 use crate::run::schedule::Arrival;
+use crate::workload::body::request_body;
+use crate::workload::spec::{BodyOptions, RequestSpec};
 use crate::workload::Workload;
 
 #[derive(Debug, Clone, Copy)]

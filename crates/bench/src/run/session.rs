@@ -13,11 +13,11 @@ use indicatif::ProgressBar;
 use serde_json::json;
 use tokio::task::JoinSet;
 
-use crate::protocol::{PromptSpec, RequestSpec};
 use crate::run::client::{ms, RequestRecord, Status};
 use crate::run::plan::{Amount, LevelPlan, Load};
 use crate::run::schedule::arrival_times;
 use crate::workload::conversation::{RecordedTurn, Session, Turn};
+use crate::workload::spec::{PromptSpec, RequestSpec};
 
 pub struct SessionsOutcome {
     pub records: Vec<RequestRecord>,
@@ -207,6 +207,7 @@ async fn send_recorded(
 ) -> RequestRecord {
     let mut spec = RequestSpec::new(PromptSpec::Messages(turn.messages.clone()), turn.max_tokens);
     spec.tools = recorded.tools.clone();
+    spec.constraint = recorded.answer.clone();
     if let Some(recorder) = &plan.save_sessions {
         recorder.save(&session.id, &spec, spec.tools(&plan.body).map(|t| &**t));
     }

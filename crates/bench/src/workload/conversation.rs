@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::workload::structured::OutputConstraint;
 use crate::workload::tools::ToolSet;
 
 /// A conversation: each turn is sent after the previous reply, with that live reply in
@@ -39,6 +40,9 @@ impl Turn {
 #[derive(Debug, Clone)]
 pub struct RecordedTurn {
     pub tools: Option<Arc<ToolSet>>,
+    /// The answer format it asked for (`response_format: json_schema`), sent again and
+    /// checked in a reply without calls.
+    pub answer: Option<Arc<OutputConstraint>>,
     /// The user turn it answers (1-based): the history's user messages.
     pub turn: u32,
     /// 1 for the user's turn, 2 and on for replies to tool results: the assistant messages
@@ -47,13 +51,13 @@ pub struct RecordedTurn {
 }
 
 impl RecordedTurn {
-    pub fn new(messages: &[Value], tools: Option<Arc<ToolSet>>) -> Self {
+    pub fn new(messages: &[Value], tools: Option<Arc<ToolSet>>, answer: Option<Arc<OutputConstraint>>) -> Self {
         let role = |m: &Value| m["role"].as_str().unwrap_or("").to_string();
         let turn = messages.iter().filter(|m| role(m) == "user").count() as u32;
         let since_user = messages.iter().rev().take_while(|m| role(m) != "user");
         let calls = since_user
             .filter(|m| role(m) == "assistant" && m["tool_calls"].as_array().is_some_and(|c| !c.is_empty()))
             .count() as u32;
-        Self { tools, turn: turn.max(1), round: calls + 1 }
+        Self { tools, answer, turn: turn.max(1), round: calls + 1 }
     }
 }

@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use crate::protocol::{PromptSpec, RequestSpec};
 use crate::workload::conversation::{RecordedTurn, Session, Turn};
+use crate::workload::spec::{PromptSpec, RequestSpec};
+use crate::workload::structured;
 use crate::workload::tools::ToolSet;
 
 #[derive(Debug, thiserror::Error)]
@@ -178,7 +179,7 @@ fn jsonl_session(v: &Value, line: usize, default_max_tokens: u32) -> Result<Sess
 }
 
 /// Requests saved by `--save-sessions`, one per line: `{"session_id", "messages", "tools"?,
-/// "tool_choice"?, "max_tokens"?}`, each session's in the order it sent them. Each is sent
+/// "tool_choice"?, "response_format"?, "max_tokens"?}`, each session's in the order it sent them. Each is sent
 /// as recorded, after the previous one of its session is answered: every server gets the
 /// same requests, whatever it replied (recorded agent traffic: the rounds after a tool call
 /// exist even for a server that makes no calls).
@@ -196,7 +197,8 @@ fn recorded_sessions(records: &[(usize, Value)], default_max_tokens: u32) -> Res
         let messages = v["messages"].as_array().filter(|m| !m.is_empty()).ok_or_else(|| at("needs \"messages\""))?;
         let tools = tool_sets.of(v).map_err(|e| at(&e))?;
         let max_tokens = record_max_tokens(v, default_max_tokens);
-        let recorded = RecordedTurn::new(messages, tools);
+        let answer = structured::recorded_format(v).map_err(|e| at(&e))?;
+        let recorded = RecordedTurn::new(messages, tools, answer);
         let turn = Turn { messages: messages.clone(), max_tokens, delay_ms: 0.0, recorded: Some(recorded) };
         if !turns.contains_key(&id) {
             order.push(id.clone());
@@ -281,13 +283,13 @@ mod tests {
         let PromptSpec::Messages(history) = &specs[1].prompt else { panic!("messages") };
         assert_eq!(history[2]["tool_call_id"], "c", "the recorded history is sent as it is");
         // Calls are checked against the record's tools.
-        let mut good = vec![crate::workload::tools::ToolCall {
+        let mut good = vec![crate::protocol::tool_calls::ToolCall {
             id: "x".into(),
             name: "add".into(),
             arguments: r#"{"a":2}"#.into(),
         }];
         assert_eq!(first.check(&mut good, false).valid, 1);
-        let mut bad = vec![crate::workload::tools::ToolCall {
+        let mut bad = vec![crate::protocol::tool_calls::ToolCall {
             id: "y".into(),
             name: "add".into(),
             arguments: r#"{"a":"two"}"#.into(),
@@ -339,6 +341,26 @@ mod tests {
         assert!(Arc::ptr_eq(&tools(&s[0].turns[0]), &tools(&s[0].turns[2])), "one list, built once");
         let bad = write("rec-bad.jsonl", &format!("{}\n{{\"session_id\":\"a\",\"messages\":[]}}\n", lines[1]));
         assert!(load_sessions(&bad, 9).unwrap_err().to_string().contains("line 2: needs \"messages\""));
+    }
+
+    #[test]
+    fn a_saved_answer_format_is_replayed_and_checked_and_other_formats_are_refused() {
+        let schema = r#"{"type":"object","properties":{"answer":{"type":"string"}},"required":["answer"]}"#;
+        let typed = format!(
+            r#"{{"session_id":"a","messages":[{{"role":"user","content":"q"}}],"response_format":{{"type":"json_schema","json_schema":{{"name":"final","schema":{schema},"strict":true}}}}}}"#
+        );
+        let p = write("rec-typed.jsonl", &typed);
+        let s = load_sessions(&p, 9).unwrap();
+        let answer = s[0].turns[0].recorded.as_ref().and_then(|r| r.answer.clone()).expect("the format");
+        assert_eq!(answer.name, "final");
+        assert!(answer.check(r#"{"answer": "x"}"#).valid);
+        assert!(!answer.check(r#"{"other": 1}"#).valid);
+        let plain = write("rec-plain.jsonl", r#"{"session_id":"a","messages":[{"role":"user","content":"q"}]}"#);
+        assert!(load_sessions(&plain, 9).unwrap()[0].turns[0].recorded.as_ref().is_some_and(|r| r.answer.is_none()));
+        let object =
+            r#"{"session_id":"a","messages":[{"role":"user","content":"q"}],"response_format":{"type":"json_object"}}"#;
+        let refused = load_sessions(&write("rec-object.jsonl", object), 9).unwrap_err().to_string();
+        assert!(refused.contains("line 1: \"response_format\" of type Some(\"json_object\")"), "{refused}");
     }
 
     #[test]

@@ -6,9 +6,12 @@
 //! sources of requests (datasets, traces, synthetic prompts and sessions, tools, schemas)
 //! and their token counting. Nothing here imports the later stages.
 
+pub mod body;
 pub mod conversation;
 pub mod dataset;
+pub mod error;
 pub mod lengths;
+pub mod spec;
 pub mod structured;
 pub mod synth;
 pub mod think;
@@ -22,12 +25,13 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 use crate::args::BenchArgs;
-use crate::protocol::{PromptSpec, Protocol, RequestSpec};
+use crate::protocol::Protocol;
 use crate::workload::conversation::{Session, Turn};
+use crate::workload::error::WorkloadError;
 use crate::workload::lengths::LengthDist;
+use crate::workload::spec::{PromptSpec, RequestSpec};
 use crate::workload::synth::{PromptLength, PromptPlan, PromptSynth};
 use crate::workload::tokens::TokenCounter;
-use crate::BenchError;
 use structured::{ConstraintArgs, ResponseFormat};
 use trace::TraceScaling;
 
@@ -58,7 +62,7 @@ pub struct Built {
 
 /// Where the benchmark's token counts come from: `--tokenizer`, else the target's own
 /// `/tokenize`, else estimates.
-async fn counter(args: &BenchArgs, client: &reqwest::Client, base: &str) -> Result<TokenCounter, BenchError> {
+async fn counter(args: &BenchArgs, client: &reqwest::Client, base: &str) -> Result<TokenCounter, WorkloadError> {
     match &args.tokenizer {
         Some(path) => Ok(TokenCounter::from_file(path)?),
         None => Ok(TokenCounter::probe(client, base, args.api_key.as_deref()).await),
@@ -74,7 +78,7 @@ pub async fn build(
     base: &str,
     pool_size: usize,
     levels: usize,
-) -> Result<Built, BenchError> {
+) -> Result<Built, WorkloadError> {
     let chat = protocol.takes_messages();
     if let Some(path) = &args.trace {
         let counter = counter(args, client, base).await?;
@@ -92,12 +96,12 @@ pub async fn build(
             } else {
                 "the server's live replies are the history"
             };
-            let description = json!({"kind": "sessions", "source": path.display().to_string(), "sha256": crate::sha256_file(path),
+            let description = json!({"kind": "sessions", "source": path.display().to_string(), "sha256": crate::files::sha256_file(path),
                 "sessions": sessions.len(), "turns": turns, "replies": replies});
             return Ok(Built { workload: Workload::Sessions(sessions), description, notes: Vec::new() });
         }
         let specs = dataset::load(path, args.max_tokens)?;
-        let description = json!({"kind": "dataset", "source": path.display().to_string(), "sha256": crate::sha256_file(path), "prompts": specs.len()});
+        let description = json!({"kind": "dataset", "source": path.display().to_string(), "sha256": crate::files::sha256_file(path), "prompts": specs.len()});
         return Ok(Built { workload: Workload::Requests(specs), description, notes: Vec::new() });
     }
     if let Some(n) = args.sessions {
@@ -130,7 +134,7 @@ pub fn with_tools(mut built: Built, path: &std::path::Path, tools: &crate::workl
             .collect();
         built.workload = Workload::Sessions(sessions);
     }
-    built.description["tools"] = json!({"source": path.display().to_string(), "sha256": crate::sha256_file(path),
+    built.description["tools"] = json!({"source": path.display().to_string(), "sha256": crate::files::sha256_file(path),
         "count": tools.tools.len(), "tool_choice": tools.tool_choice, "result_tokens": tools.result_tokens,
         "max_rounds": tools.max_rounds, "final_schema": tools.final_answer.as_ref().map(|f| f.schema())});
     built
@@ -176,7 +180,7 @@ pub fn constrain(built: Built, args: &BenchArgs, format: ResponseFormat, protoco
         choices: &args.choices,
         prompt: &args.prompt,
     })?;
-    crate::protocol::constraint_fields(&constraints[0], protocol)?;
+    body::constraint_fields(&constraints[0], protocol)?;
     let Built { workload, mut description, notes } = built;
     let own_prompts = description["kind"] != "prompt";
     let nth = |i: usize| Some(Arc::clone(&constraints[i % constraints.len()]));
@@ -230,7 +234,7 @@ async fn trace_workload(
     path: &std::path::Path,
     chat: bool,
     counter: &TokenCounter,
-) -> Result<Built, BenchError> {
+) -> Result<Built, WorkloadError> {
     let scaling = TraceScaling {
         time_scale: args.time_scale,
         input_scale: args.input_scale,
@@ -271,7 +275,7 @@ async fn trace_workload(
         "kind": "trace",
         "records_in_trace": available,
         "source": path.display().to_string(),
-        "sha256": crate::sha256_file(path),
+        "sha256": crate::files::sha256_file(path),
         "format": format,
         "scaling": scaling,
         "block_tokens": block,
@@ -296,7 +300,7 @@ async fn synthetic_requests(
     counter: &TokenCounter,
     pool_size: usize,
     levels: usize,
-) -> Result<Built, BenchError> {
+) -> Result<Built, WorkloadError> {
     let input = args.input_tokens.unwrap_or(LengthDist::fixed(64));
     let output = output_dist(args);
     let groups = args.prefix_groups.max(1);
@@ -342,7 +346,7 @@ async fn synthetic_sessions(
     count: usize,
     levels: usize,
     counter: &TokenCounter,
-) -> Result<Built, BenchError> {
+) -> Result<Built, WorkloadError> {
     let input = args.input_tokens.unwrap_or(LengthDist::fixed(64));
     let opening = args.opening_tokens.unwrap_or(input);
     let output = output_dist(args);

@@ -1,15 +1,16 @@
 //! Constraint workloads (structured outputs): each request asks for its output in a shape
 //! (a JSON Schema, any JSON object, a regex, one of a list), in the form each engine reads
-//! (`protocol::constraint_fields`), and its output is checked against that shape when it
-//! comes back. So one run against
-//! rillm, vLLM, SGLang or llama-server says how fast each is *and* how often what it
-//! produced is valid, which is the point of asking.
+//! (`body::constraint_fields`), and its output is checked against that shape when it comes
+//! back. So one run against rillm, vLLM, SGLang or llama-server says how fast each is *and*
+//! how often what it produced is valid, which is the point of asking.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::checks::OutputCheck;
 
 /// `--response-format`: what each request's output must be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
@@ -49,15 +50,6 @@ impl PartialEq for OutputConstraint {
     fn eq(&self, other: &Self) -> bool {
         self.name == other.name && self.format == other.format && self.schema == other.schema
     }
-}
-
-/// What the check found in one output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutputCheck {
-    /// JSON formats: the text parses as JSON. Regex and choice: always true.
-    pub parses: bool,
-    /// It matches the constraint: schema-valid, an object, the regex, one of the choices.
-    pub valid: bool,
 }
 
 impl OutputConstraint {
@@ -173,11 +165,17 @@ fn load_schemas(dir: &Path) -> Result<Vec<Arc<OutputConstraint>>, String> {
 pub fn schema_file(path: &Path) -> Result<Arc<OutputConstraint>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let schema: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    json_schema(name, schema).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// A JSON Schema named `name` (a file's stem, or a recorded request's `json_schema.name`),
+/// with a validator.
+pub fn json_schema(name: String, schema: Value) -> Result<Arc<OutputConstraint>, String> {
     let validator = jsonschema::options()
         .should_validate_formats(true)
         .build(&schema)
-        .map_err(|e| format!("{}: not a valid JSON Schema: {e}", path.display()))?;
-    let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        .map_err(|e| format!("not a valid JSON Schema: {e}"))?;
     let description = schema["description"].as_str().or(schema["title"].as_str()).unwrap_or(&name).to_string();
     let mut c = OutputConstraint::new(name, ResponseFormat::JsonSchema, description);
     c.schema = Some(schema);
@@ -185,41 +183,19 @@ pub fn schema_file(path: &Path) -> Result<Arc<OutputConstraint>, String> {
     Ok(Arc::new(c))
 }
 
-/// The level's check of constrained outputs, over requests that completed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct ConstraintSummary {
-    /// Completed requests that carried a constraint.
-    pub checked: usize,
-    /// Of those, cut by `max_tokens` (`finish_reason` length): not finished outputs.
-    pub cut_by_length: usize,
-    /// Finished (not cut) outputs that parse, and that are valid.
-    pub finished: usize,
-    pub parsed: usize,
-    pub valid: usize,
-    /// `valid` over `finished`, in percent: whether the server kept to the constraints.
-    pub valid_pct_of_finished: Option<f64>,
-    /// `valid` over `checked`, in percent: every completed request, cut or not.
-    pub valid_pct_of_completed: Option<f64>,
-}
-
-impl ConstraintSummary {
-    /// From each completed request's check and whether `max_tokens` cut it.
-    pub fn of(checks: impl IntoIterator<Item = (OutputCheck, bool)>) -> Option<Self> {
-        let mut s = Self::default();
-        for (check, cut) in checks {
-            s.checked += 1;
-            if cut {
-                s.cut_by_length += 1;
-                continue;
-            }
-            s.finished += 1;
-            s.parsed += usize::from(check.parses);
-            s.valid += usize::from(check.valid);
+/// A recorded chat request's `response_format`, where it asks for a JSON Schema (`None`
+/// without one; any other type is refused, so no recorded shape is dropped silently).
+pub fn recorded_format(record: &Value) -> Result<Option<Arc<OutputConstraint>>, String> {
+    let Some(format) = record.get("response_format").filter(|f| !f.is_null()) else { return Ok(None) };
+    match format["type"].as_str() {
+        Some("json_schema") => {
+            let spec = &format["json_schema"];
+            let schema = spec.get("schema").cloned().ok_or("\"response_format.json_schema\" needs \"schema\"")?;
+            let name = spec["name"].as_str().unwrap_or("response_format").to_string();
+            json_schema(name, schema).map(Some).map_err(|e| format!("\"response_format\": {e}"))
         }
-        let pct = |n: usize, of: usize| (of > 0).then(|| 100.0 * n as f64 / of as f64);
-        s.valid_pct_of_finished = pct(s.valid, s.finished);
-        s.valid_pct_of_completed = pct(s.valid, s.checked);
-        (s.checked > 0).then_some(s)
+        Some("text") => Ok(None),
+        other => Err(format!("\"response_format\" of type {other:?} is not replayed (only json_schema)")),
     }
 }
 
@@ -273,17 +249,5 @@ mod tests {
         })
         .expect("loads");
         assert!(choice[0].check("no").valid && !choice[0].check("nope").valid);
-    }
-
-    #[test]
-    fn the_summary_counts_cut_outputs_apart() {
-        let ok = OutputCheck { parses: true, valid: true };
-        let bad = OutputCheck { parses: true, valid: false };
-        let broken = OutputCheck { parses: false, valid: false };
-        let s = ConstraintSummary::of([(ok, false), (ok, false), (bad, false), (broken, true)]).expect("some");
-        assert_eq!((s.checked, s.cut_by_length, s.finished, s.parsed, s.valid), (4, 1, 3, 3, 2));
-        assert_eq!(s.valid_pct_of_finished.map(|p| (p * 10.0).round()), Some(666.0 + 1.0));
-        assert_eq!(s.valid_pct_of_completed, Some(50.0));
-        assert_eq!(ConstraintSummary::of([]), None);
     }
 }

@@ -10,7 +10,7 @@
 use futures::StreamExt;
 use rand::{Rng, SeedableRng};
 
-use crate::protocol::PromptSpec;
+use crate::workload::spec::PromptSpec;
 use crate::workload::tokens::{TokenCounter, TokenizerError};
 
 /// How many times one prompt is recounted and adjusted before settling for the closest.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::protocol::PromptSpec;
+use crate::workload::spec::PromptSpec;
 
 /// How the benchmark counts a prompt's tokens.
 pub enum TokenCounter {

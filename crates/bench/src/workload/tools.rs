@@ -11,78 +11,11 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::checks::CallCheck;
+use crate::protocol::tool_calls::ToolCall;
 use crate::workload::structured::OutputConstraint;
-use crate::BenchError;
-
-/// One call as the stream delivered it.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ToolCall {
-    pub id: String,
-    pub name: String,
-    pub arguments: String,
-}
-
-/// A piece of a streamed call (`delta.tool_calls[]`): the first names it, the rest add
-/// argument text.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub struct ToolCallDelta {
-    #[serde(default)]
-    pub index: Option<u32>,
-    #[serde(default)]
-    pub id: Option<String>,
-    #[serde(default)]
-    pub function: Option<FunctionDelta>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub struct FunctionDelta {
-    #[serde(default)]
-    pub name: Option<String>,
-    #[serde(default)]
-    pub arguments: Option<String>,
-}
-
-/// Adds one streamed piece to the calls assembled so far.
-pub fn assemble(calls: &mut Vec<ToolCall>, delta: ToolCallDelta) {
-    // Each call's pieces carry its index; a piece without one continues the last call.
-    let index = delta.index.map_or(calls.len().saturating_sub(1), |i| i as usize);
-    if calls.len() <= index {
-        calls.resize(index + 1, ToolCall::default());
-    }
-    let call = &mut calls[index];
-    if let Some(id) = delta.id {
-        call.id = id;
-    }
-    if let Some(function) = delta.function {
-        call.name.push_str(&function.name.unwrap_or_default());
-        call.arguments.push_str(&function.arguments.unwrap_or_default());
-    }
-}
-
-/// What the check of one reply's calls found.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CallCheck {
-    pub calls: u32,
-    /// Arguments that parse as a JSON object.
-    pub parsed: u32,
-    /// Names among the offered tools (and the named one, for a named `tool_choice`).
-    pub allowed: u32,
-    /// All three: allowed, parsed, and valid for the tool's `parameters`.
-    pub valid: u32,
-    /// Calls `max_tokens` cut short (the last of a reply that ended at `length`): not
-    /// counted in `calls`, and not sent back.
-    #[serde(default)]
-    pub cut: u32,
-    /// Calls identical (name, arguments as JSON) to an earlier call of the same reply.
-    #[serde(default)]
-    pub repeated: u32,
-    /// Calls whose arguments carry keys their tool's `parameters` do not declare.
-    #[serde(default)]
-    pub undeclared: u32,
-}
 
 /// The tools every request offers, and how the benchmark answers their calls.
 pub struct ToolSet {
@@ -105,9 +38,9 @@ impl std::fmt::Debug for ToolSet {
 
 impl ToolSet {
     /// `path` holds an OpenAI `tools` array; `choice` is `auto`, `required`, `none` or a
-    /// function's name.
-    pub fn load(path: &Path, choice: &str, result_tokens: usize, max_rounds: u32) -> Result<Arc<Self>, BenchError> {
-        let bad = |m: String| BenchError::Args(format!("--tools {}: {m}", path.display()));
+    /// function's name. The error names the argument.
+    pub fn load(path: &Path, choice: &str, result_tokens: usize, max_rounds: u32) -> Result<Arc<Self>, String> {
+        let bad = |m: String| format!("--tools {}: {m}", path.display());
         let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
         let tools: Vec<Value> =
             serde_json::from_str(&text).map_err(|e| bad(format!("not a JSON array of tools: {e}")))?;
@@ -140,10 +73,9 @@ impl ToolSet {
     }
 
     /// `tools`, each request also asking its answer in the JSON Schema of `path`.
-    pub fn answering_in(tools: Arc<Self>, path: &Path) -> Result<Arc<Self>, BenchError> {
-        let answer = crate::workload::structured::schema_file(path)
-            .map_err(|e| BenchError::Args(format!("--final-schema {e}")))?;
-        let mut tools = Arc::try_unwrap(tools).map_err(|_| BenchError::Args("--final-schema: tools in use".into()))?;
+    pub fn answering_in(tools: Arc<Self>, path: &Path) -> Result<Arc<Self>, String> {
+        let answer = crate::workload::structured::schema_file(path).map_err(|e| format!("--final-schema {e}"))?;
+        let mut tools = Arc::try_unwrap(tools).map_err(|_| "--final-schema: tools in use".to_string())?;
         tools.final_answer = Some(answer);
         Ok(Arc::new(tools))
     }
@@ -153,9 +85,13 @@ impl ToolSet {
         json!({"tools": self.tools, "tool_choice": self.tool_choice})
     }
 
-    /// Checks a reply's calls; a reply cut by `max_tokens` loses its last call (unfinished).
+    /// Checks a reply's calls; a reply cut by `max_tokens` loses its last call when that
+    /// call's arguments are unfinished (not a JSON object). A server that holds a call back
+    /// until it completes (rillm) sends only finished ones, and its last is a real call.
     pub fn check(&self, calls: &mut Vec<ToolCall>, cut_by_length: bool) -> CallCheck {
-        let cut = u32::from(cut_by_length && calls.pop().is_some());
+        let unfinished = |c: &ToolCall| serde_json::from_str::<Value>(&c.arguments).map_or(true, |v| !v.is_object());
+        let last_unfinished = calls.last().is_some_and(unfinished);
+        let cut = u32::from(cut_by_length && last_unfinished && calls.pop().is_some());
         let named = self.tool_choice["function"]["name"].as_str();
         let mut check = CallCheck { calls: calls.len() as u32, cut, ..CallCheck::default() };
         let mut seen: Vec<(&str, Value)> = Vec::new();
@@ -202,68 +138,10 @@ impl ToolSet {
     }
 }
 
-/// Over a run: how many replies called tools, how many calls were valid, and the rounds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct ToolCallSummary {
-    /// Completed replies, and those that called at least one tool.
-    pub replies: usize,
-    pub replies_with_calls: usize,
-    pub calls: u64,
-    pub parsed: u64,
-    pub allowed: u64,
-    pub valid: u64,
-    /// Calls `max_tokens` cut short, apart.
-    #[serde(default)]
-    pub cut: u64,
-    /// Calls that repeat an earlier one of their reply, and calls with undeclared keys.
-    #[serde(default)]
-    pub repeated: u64,
-    #[serde(default)]
-    pub undeclared: u64,
-    /// Valid calls of all calls made, in percent.
-    pub valid_pct: Option<f64>,
-    /// Completed requests that were a second or later round (a reply to tool results).
-    pub later_rounds: usize,
-    /// TTFT p50 of first rounds (the user's turn) and of later rounds (replies to tool
-    /// results: where reusing the conversation's KV decides).
-    pub ttft_p50_first_round_ms: Option<f64>,
-    pub ttft_p50_later_rounds_ms: Option<f64>,
-}
-
-impl ToolCallSummary {
-    /// From each completed reply's check, round and TTFT.
-    pub fn of(replies: impl Iterator<Item = (CallCheck, u32, Option<f64>)>) -> Option<Self> {
-        let mut s = Self::default();
-        let (mut first, mut later) = (Vec::new(), Vec::new());
-        for (check, round, ttft) in replies {
-            if let Some(ttft) = ttft {
-                if round > 1 {
-                    later.push(ttft)
-                } else {
-                    first.push(ttft)
-                }
-            }
-            s.replies += 1;
-            s.replies_with_calls += usize::from(check.calls > 0);
-            s.calls += u64::from(check.calls);
-            s.parsed += u64::from(check.parsed);
-            s.allowed += u64::from(check.allowed);
-            s.valid += u64::from(check.valid);
-            s.cut += u64::from(check.cut);
-            s.repeated += u64::from(check.repeated);
-            s.undeclared += u64::from(check.undeclared);
-            s.later_rounds += usize::from(round > 1);
-        }
-        s.valid_pct = (s.calls > 0).then(|| 100.0 * s.valid as f64 / s.calls as f64);
-        s.ttft_p50_first_round_ms = crate::stats::Distribution::of(first).map(|d| d.p50);
-        s.ttft_p50_later_rounds_ms = crate::stats::Distribution::of(later).map(|d| d.p50);
-        (s.replies > 0).then_some(s)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::tool_calls::{assemble, FunctionDelta, ToolCallDelta};
 
     fn delta(index: u32, id: Option<&str>, name: Option<&str>, arguments: &str) -> ToolCallDelta {
         ToolCallDelta {
@@ -289,20 +167,19 @@ mod tests {
         calls.push(ToolCall { id: "c".into(), name: "rm".into(), arguments: "{}".into() });
         let check = set.check(&mut calls.clone(), false);
         assert_eq!(check, CallCheck { calls: 3, parsed: 3, allowed: 2, valid: 1, ..CallCheck::default() });
+        // Cut by `max_tokens`: a finished last call stays a call; an unfinished one is cut.
+        let mut finished = calls.clone();
+        assert_eq!(set.check(&mut finished, true), check);
         let mut cut = calls.clone();
-        let expected = CallCheck { calls: 2, parsed: 2, allowed: 2, valid: 1, cut: 1, ..CallCheck::default() };
+        cut.push(ToolCall { id: "d".into(), name: "add".into(), arguments: "{\"a\": 1, \"b".into() });
+        let expected = CallCheck { calls: 3, parsed: 3, allowed: 2, valid: 1, cut: 1, ..CallCheck::default() };
         assert_eq!(set.check(&mut cut, true), expected);
-        assert_eq!(cut.len(), 2, "the cut call is not sent back");
+        assert_eq!(cut.len(), 3, "the cut call is not sent back");
         let next = set.round_messages("", &calls[..1], 1);
         assert_eq!(next[0]["tool_calls"][0]["function"]["name"], "add");
         assert_eq!(next[1]["tool_call_id"], "a");
         let words = next[1]["content"].as_str().expect("result").split_whitespace().count();
         assert!((25..=45).contains(&words), "about 40 tokens: {words} words");
-        let replies = [(check, 1, Some(10.0)), (CallCheck::default(), 2, Some(4.0))];
-        let summary = ToolCallSummary::of(replies.into_iter()).expect("a summary");
-        assert_eq!((summary.ttft_p50_first_round_ms, summary.ttft_p50_later_rounds_ms), (Some(10.0), Some(4.0)));
-        assert_eq!((summary.replies, summary.replies_with_calls, summary.later_rounds), (2, 1, 1));
-        assert_eq!(summary.valid_pct.map(|p| p.round()), Some(33.0));
     }
 
     #[test]
@@ -325,7 +202,5 @@ mod tests {
         ];
         let check = set.check(&mut calls, false);
         assert_eq!((check.repeated, check.undeclared), (1, 1), "{check:?}");
-        let summary = ToolCallSummary::of([(check, 1, None), (check, 2, None)].into_iter()).expect("a summary");
-        assert_eq!((summary.repeated, summary.undeclared), (2, 2));
     }
 }
