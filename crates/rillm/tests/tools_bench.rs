@@ -172,7 +172,9 @@ fn a_final_schema_makes_replies_calls_or_a_typed_answer_and_each_is_checked() {
         let mut args = agent_loop(&url, &prompts, &tools, "2");
         let choice = args.iter().position(|a| *a == "required").expect("a tool choice");
         args[choice] = "auto";
-        args.extend(["--final-schema", schema.to_str().unwrap(), "--max-tool-rounds", "3"]);
+        let rounds = args.iter().position(|a| *a == "--max-tool-rounds").expect("a round limit") + 1;
+        args[rounds] = "3";
+        args.extend(["--final-schema", schema.to_str().unwrap()]);
         let result = bench_result(&args, "agents-typed");
         assert_eq!(result["failed"], 0, "{path}: {}", result["limits"]);
         let calls = &result["tool_calls"];

@@ -8,10 +8,11 @@
 
 use std::time::Instant;
 
-use rillm_backend::{Backend, Constraint, GenerateRequest, Rejected, RequestStream};
+use rillm_backend::{Backend, Constraint, GenerateRequest, Rejected, RequestStream, StreamEvent};
 
 use crate::error::ApiError;
 use crate::fields::Fields;
+use crate::late_restart::{LateRestarts, Resubmit};
 use crate::metrics;
 use crate::observe::{InFlight, RequestObserver};
 use crate::state::AppState;
@@ -26,6 +27,8 @@ pub struct Admitted {
     pub keep_alive: std::time::Duration,
     /// With tools: ends a choice's generation once it repeats a call.
     pub repeat_watch: Option<RepeatWatch>,
+    /// Choices whose restart came after they ended, generated again.
+    late_restarts: LateRestarts,
 }
 
 impl Admitted {
@@ -37,9 +40,18 @@ impl Admitted {
         match watch.read(index, text) {
             Verdict::GoOn => {}
             Verdict::End if self.stream.end_choice(index) => metrics::record_repeated_call("ended"),
-            Verdict::Restart if self.stream.restart_choice(index) => metrics::record_repeated_call("restarted"),
+            Verdict::Restart if self.stream.restart_choice(index) => {
+                self.late_restarts.asked(index);
+                metrics::record_repeated_call("restarted");
+            }
             Verdict::End | Verdict::Restart => {}
         }
+    }
+
+    /// The request's next event (choices whose restart came after they ended are generated
+    /// again: `late_restart`).
+    pub async fn next_event(&mut self) -> Option<StreamEvent> {
+        self.late_restarts.next_event(&mut self.stream).await
     }
 
     /// Choice `index` started again (`StreamEvent::Restarted`).
@@ -60,6 +72,10 @@ pub async fn admit(
     let backend = state.ready_backend().inspect_err(|_| metrics::record_rejected("unavailable"))?.clone();
     let log_prompt = state.config.log_prompts.then(|| format!("{:?}", request.prompt));
     let choices = request.n;
+    let late_restarts = LateRestarts::new(LateRestarts::follow_up(&request).map(|again| {
+        let backend = backend.clone();
+        Box::new(move || backend.submit(again.clone())) as Resubmit
+    }));
     // A constraint seen for the first time is compiled in `submit`: milliseconds of CPU.
     let submitted = if request.prompt.text_len() <= INLINE_PROMPT_BYTES && request.constraint.is_none() {
         backend.submit(request)
@@ -93,7 +109,8 @@ pub async fn admit(
         tracing::info!(id = stream.id(), endpoint, prompt = %prompt, "prompt");
     }
     let observer = RequestObserver::new(stream.id(), endpoint, &state.model_name(), received, state.in_flight.clone());
-    Ok(Admitted { stream, choices, observer, keep_alive: state.config.sse_keep_alive, repeat_watch: None })
+    let keep_alive = state.config.sse_keep_alive;
+    Ok(Admitted { stream, choices, observer, keep_alive, repeat_watch: None, late_restarts })
 }
 
 /// The first of a composed constraint's parts that does not compile alone, with its field

@@ -11,6 +11,7 @@ mod error;
 mod fields;
 mod finish;
 mod json;
+mod late_restart;
 mod logprobs;
 pub mod metrics;
 mod observe;

@@ -96,7 +96,7 @@ pub fn sse_response(admitted: Admitted, format: impl StreamFormat) -> Response {
             let opening = p.format.opening();
             return Some((opening, p));
         }
-        let events = match p.admitted.stream.next_event().await {
+        let events = match p.admitted.next_event().await {
             Some(StreamEvent::Prompt(prompt)) => p.format.prompt(&prompt),
             Some(StreamEvent::Text { index, text, token_ids, logprobs }) => {
                 p.admitted.observer.on_tokens(token_ids.len());
@@ -160,7 +160,7 @@ pub async fn collect(mut admitted: Admitted) -> Collected {
     let mut prompt = Vec::new();
     let mut progress = Choices::new(n);
     let done = loop {
-        match admitted.stream.next_event().await {
+        match admitted.next_event().await {
             Some(StreamEvent::Prompt(tokens)) => prompt = tokens,
             Some(StreamEvent::Restarted { index }) => {
                 admitted.restarted(index);

@@ -17,7 +17,8 @@
 //! Under `auto`, right after the results of calls (`answered`), a reply that would only
 //! repeat one of those calls is made again as the answer (`Constraint::Restartable`: the
 //! engine restarts it under the no-calls constraint, the format or plain text), where the
-//! route holds calls back until they complete, so nothing of the repeat was sent.
+//! route holds calls back until they complete, so nothing of the repeat was sent. Under
+//! `required` or a named function the reply must call: a repeat of an answered call is kept.
 
 use std::sync::Arc;
 
@@ -85,9 +86,24 @@ impl OutputShape {
         self.tools.as_ref().map(|_| CallReading {
             format: self.rules.call_format,
             keep_repeats: self.rules.keep_repeated_calls,
-            answered: Arc::new(self.answered.clone()),
+            answered: Arc::new(self.answered_repeats_end()),
             can_restart: self.restarts(),
         })
+    }
+
+    /// The answered calls whose repeat ends the reply. Under `required` or a named function
+    /// the reply must call, and a call repeating an answered one is still the call the client
+    /// asked for: dropped, it would leave a reply with no call at all (the agent loop's next
+    /// round then has nothing to act on). Only where a reply may do without calls is such a
+    /// repeat a loop to cut.
+    fn answered_repeats_end(&self) -> Vec<AnsweredCall> {
+        let may_skip_calls =
+            self.tools.as_ref().is_some_and(|t| matches!(t.choice, tools::ToolChoice::Auto | tools::ToolChoice::None));
+        if may_skip_calls {
+            self.answered.clone()
+        } else {
+            Vec::new()
+        }
     }
 
     /// Whether a reply that only repeats an answered call is made again as the answer.

@@ -184,7 +184,9 @@ fn after_results_an_auto_reply_may_restart_as_the_answer_and_nothing_else_does()
         let constraint = shape.constraint().expect("a constraint").constraint;
         let reading = shape.call_reading().expect("tools");
         assert_eq!(reading.can_restart, restarts, "{choice}");
-        assert_eq!(reading.answered.len(), 1);
+        // Under `required` or a named function a repeat of an answered call is still a call.
+        let compared = if matches!(choice, "required" | "named") { 0 } else { 1 };
+        assert_eq!(reading.answered.len(), compared, "{choice}");
         match (constraint, restarts) {
             (Constraint::Restartable { restart, .. }, true) => {
                 let expected = if choice == "auto" { "json_object".to_string() } else { "start: TEXT?".to_string() };

@@ -9,7 +9,8 @@
 //! keys in another order) is read whole once its JSON value closes.
 //!
 //! A call identical (name and arguments, as JSON values) to one the reply already made, or
-//! to one the conversation's last round made and has the result of, ends the reply, and is
+//! to one the conversation's last round made and has the result of (where the reply may do
+//! without calls: `OutputShape` passes none under `required`), ends the reply, and is
 //! dropped (small models loop: the same call until `max_tokens`, or the call they were just
 //! answered): a call of a function already called is held back until it completes.
 //! `keeping_repeats` turns that off.
