@@ -22,7 +22,10 @@
 # FINAL_SCHEMA=crates/bench/tools/final-answer.json asks every request for its answer in that
 # schema too (`--final-schema`: tools and a typed answer in one request, as the Agents SDK's
 # typed agents send them); its runs are named `-typed`, and where the same OUT_DIR holds a
-# run without it, rillm's typed agents are compared with its plain ones.
+# run without it, rillm's typed agents are compared with its plain ones. Those make other
+# calls and other rounds, so the format's own price is measured apart too: rillm's typed
+# requests (REPLAY=0 skips it) are replayed as recorded on fresh rillm servers, once as sent
+# and once without their answer format: the very same rounds and histories, each way.
 #
 #   LLAMA_SERVER=/path/to/llama-server [API=responses] [FINAL_SCHEMA=F] scripts/compare-agents.sh [OUT_DIR]
 # SERVERS="llama rillm" (the default) or either alone.
@@ -53,9 +56,15 @@ bench() { # name choice
     --timeout 600 --save-sessions "$OUT/$1.sessions.jsonl" --output "$OUT/$1.json" > "$OUT/$1.txt"
 }
 
-replay() { # name
-  "$BENCH" bench --url "$URL" --dataset "$OUT/rillm-required.sessions.jsonl" --concurrency 8 --temperature 0 \
+replay() { # name [saved requests]
+  "$BENCH" bench --url "$URL" --dataset "${2:-$OUT/rillm-required.sessions.jsonl}" --concurrency 8 --temperature 0 \
     --timeout 600 --output "$OUT/$1.json" > "$OUT/$1.txt"
+}
+
+without_format() { # saved requests in, the same without `response_format` out
+  python3 -c 'import json, sys
+for line in sys.stdin:
+    r = json.loads(line); r.pop("response_format", None); print(json.dumps(r))' < "$1" > "$2"
 }
 
 for choice in $CHOICES; do
@@ -77,6 +86,18 @@ if [ "${REPLAY:-1}" = 1 ] && [ -z "$TYPED" ] && [ -f "$OUT/rillm-required.sessio
   fi
 fi
 
+if [ "${REPLAY:-1}" = 1 ] && [ -n "$TYPED" ] && [[ " $SERVERS " == *" rillm "* ]]; then
+  for choice in $CHOICES; do
+    saved="$OUT/rillm-$choice$TYPED.sessions.jsonl"
+    [ -f "$saved" ] || continue
+    without_format "$saved" "$OUT/rillm-$choice-untyped.sessions.jsonl"
+    for form in typed untyped; do
+      start_rillm "$OUT/rillm-$choice-replay-$form.log"
+      replay "rillm-$choice-replay-$form" "$OUT/rillm-$choice-$form.sessions.jsonl"; stop_server
+    done
+  done
+fi
+
 for choice in $CHOICES; do
   run="$choice$TYPED"
   echo "== tool_choice $run: llama-server --jinja (a) vs rillm (b)"
@@ -87,6 +108,12 @@ for choice in $CHOICES; do
   if [ -n "$TYPED" ] && [ -f "$OUT/rillm-$choice.json" ]; then
     echo "== tool_choice $choice: rillm's plain agents (a) vs its typed agents (b)"
     "$BENCH" bench compare "$OUT/rillm-$choice.json" "$OUT/rillm-$run.json" --label plain --label typed --force
+  fi
+  if [ -f "$OUT/rillm-$choice-replay-typed.json" ] && [ -f "$OUT/rillm-$choice-replay-untyped.json" ]; then
+    echo "== tool_choice $choice: rillm's typed requests replayed without (a) and with (b) their answer format"
+    grep -E "tool calls|final answers" "$OUT/rillm-$choice-replay-untyped.txt" "$OUT/rillm-$choice-replay-typed.txt" || true
+    "$BENCH" bench compare "$OUT/rillm-$choice-replay-untyped.json" "$OUT/rillm-$choice-replay-typed.json" \
+      --label untyped --label typed --force
   fi
 done
 if [ -f "$OUT/llama-replay.json" ] && [ -f "$OUT/rillm-replay.json" ]; then
