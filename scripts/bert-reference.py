@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""A numpy forward pass of a BERT sentence encoder's safetensors (sentence-transformers'
+layout), the reference an embedding server's vectors are checked against: tokenized by the
+model's own tokenizer.json (the `tokenizers` package), BERT's layers, the pooling of
+1_Pooling, then L2-normalised (modules.json's Normalize).
+
+    scripts/bert-reference.py MODEL_DIR --compare URL [--sentences FILE] [--min-cosine 0.999]
+
+--compare posts each sentence to URL (an OpenAI `/v1/embeddings`, e.g. llama-server
+--embedding --pooling mean, or rillm) and prints the cosine of each vector with the
+reference's; exits 1 if any is under --min-cosine. Without --sentences, 60 varied built-in
+sentences (short, long, punctuation, numbers, accents, code).
+"""
+
+import argparse
+import json
+import math
+import pathlib
+import sys
+import urllib.request
+
+import numpy as np
+from tokenizers import Tokenizer
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+bert_to_gguf = __import__("bert-to-gguf")
+
+SENTENCES = [
+    "Hello.", "The cat sat on the mat.", "A quick brown fox jumps over the lazy dog.",
+    "What is the capital of France?", "Paris is the capital and most populous city of France.",
+    "How do I reset my password?", "Click 'Forgot password' on the sign-in page and follow the email link.",
+    "The mitochondria is the powerhouse of the cell.", "Interest rates rose by 0.25 percentage points in March 2024.",
+    "I can't believe it's not butter!", "Café, naïve, résumé and façade keep their accents.",
+    "fn main() { println!(\"hello\"); }", "SELECT name, price FROM products WHERE price > 100 ORDER BY price;",
+    "The patient presented with a fever of 39.5 °C and a persistent cough.", "Shipping takes 3-5 business days.",
+    "Machine learning models need representative training data.", "Neural networks approximate functions.",
+    "The Eiffel Tower was completed in 1889.", "Photosynthesis converts light energy into chemical energy.",
+    "Do you ship to Canada?", "Our return policy allows returns within 30 days of purchase.",
+    "A retrieval pipeline embeds documents and queries into the same vector space.",
+    "Rerankers score each query-document pair jointly.", "He said: \"Don't forget the keys!\"",
+    "Q3 revenue: $4.2M (+12% YoY).", "email me at someone@example.com", "https://example.com/path?query=1",
+    "The quick brown fox. The quick brown fox. The quick brown fox.", "Ünïcödé text with emojis 🙂🚀 and symbols ©®.",
+    "Tokyo, Osaka and Kyoto are cities in Japan.", "The stock market closed higher on Friday.",
+    "Water boils at 100 degrees Celsius at sea level.", "The committee postponed its decision until next week.",
+    "Kubernetes schedules pods onto nodes.", "Rust's borrow checker prevents data races at compile time.",
+    "The recipe calls for two cups of flour and one egg.", "She plays the violin in the city orchestra.",
+    "Thunderstorms are expected this afternoon.", "The library opens at nine and closes at five.",
+    "An apple a day keeps the doctor away.", "The invoice number is INV-2024-00042.",
+    "Please summarise the attached report in three bullet points.", "Translate 'good morning' into Spanish.",
+    "Mount Everest is the highest mountain above sea level.", "Electric cars have fewer moving parts.",
+    "The train to Lisbon departs from platform 4.", "Inflation erodes purchasing power over time.",
+    "Vaccines train the immune system to recognise pathogens.", "The museum features modern art.",
+    "It was the best of times, it was the worst of times, it was the age of wisdom, it was the age of "
+    "foolishness, it was the epoch of belief, it was the epoch of incredulity, it was the season of Light.",
+    "Bananas are berries, but strawberries are not.", "The meeting has been moved to Room 301.",
+    "Password must contain at least 8 characters, one digit and one symbol.", "GPUs accelerate matrix multiplication.",
+    "The river flooded after a week of heavy rain.", "Birds migrate south for the winter.",
+    "Sorry, I didn't catch that — could you repeat?", "x = 3; y = x ** 2 + 1", "Ok", "",
+]
+
+
+class Reference:
+    """BERT's forward pass over the safetensors, in float64."""
+
+    def __init__(self, model_dir: pathlib.Path):
+        self.config = json.loads((model_dir / "config.json").read_text())
+        raw = bert_to_gguf.safetensors(model_dir / "model.safetensors")
+        self.w = {k.removeprefix("bert."): v.astype(np.float64) for k, v in raw.items() if v.dtype != np.int64}
+        self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        self.tokenizer.no_padding()
+        self.tokenizer.no_truncation()
+        self.pooling = bert_to_gguf.pooling(model_dir)
+
+    def norm(self, x, name):
+        mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        eps = self.config["layer_norm_eps"]
+        return (x - mean) / np.sqrt(var + eps) * self.w[name + ".weight"] + self.w[name + ".bias"]
+
+    def dense(self, x, name):
+        return x @ self.w[name + ".weight"].T + self.w[name + ".bias"]
+
+    def layer(self, x, i):
+        p, heads = f"encoder.layer.{i}.", self.config["num_attention_heads"]
+        n, d = x.shape
+        split = lambda t: t.reshape(n, heads, d // heads).transpose(1, 0, 2)
+        q, k, v = (split(self.dense(x, p + f"attention.self.{m}")) for m in ("query", "key", "value"))
+        scores = q @ k.transpose(0, 2, 1) / math.sqrt(d // heads)
+        scores = np.exp(scores - scores.max(-1, keepdims=True))
+        attended = (scores / scores.sum(-1, keepdims=True)) @ v
+        x = self.norm(x + self.dense(attended.transpose(1, 0, 2).reshape(n, d), p + "attention.output.dense"),
+                      p + "attention.output.LayerNorm")
+        h = self.dense(x, p + "intermediate.dense")
+        h = 0.5 * h * (1 + np.vectorize(math.erf)(h / math.sqrt(2)))  # exact GELU
+        return self.norm(x + self.dense(h, p + "output.dense"), p + "output.LayerNorm")
+
+    def embed(self, text: str) -> np.ndarray:
+        ids = self.tokenizer.encode(text).ids
+        x = (self.w["embeddings.word_embeddings.weight"][ids]
+             + self.w["embeddings.position_embeddings.weight"][: len(ids)]
+             + self.w["embeddings.token_type_embeddings.weight"][0])
+        x = self.norm(x, "embeddings.LayerNorm")
+        for i in range(self.config["num_hidden_layers"]):
+            x = self.layer(x, i)
+        pooled = x.mean(0) if self.pooling == 1 else x[0]
+        return pooled / np.linalg.norm(pooled)
+
+
+def served(url: str, text: str) -> np.ndarray:
+    body = json.dumps({"input": text, "model": "embedding"}).encode()
+    request = urllib.request.Request(url, body, {"content-type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        vector = np.array(json.loads(response.read())["data"][0]["embedding"], dtype=np.float64)
+    return vector / np.linalg.norm(vector)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model_dir", type=pathlib.Path)
+    parser.add_argument("--compare", required=True, help="an OpenAI /v1/embeddings URL")
+    parser.add_argument("--sentences", type=pathlib.Path)
+    parser.add_argument("--min-cosine", type=float, default=0.999)
+    args = parser.parse_args()
+    sentences = args.sentences.read_text().splitlines() if args.sentences else SENTENCES
+    reference = Reference(args.model_dir)
+    cosines = []
+    for text in sentences:
+        cosine = float(reference.embed(text) @ served(args.compare, text))
+        cosines.append(cosine)
+        print(f"{cosine:.6f}  {text[:60]!r}")
+    worst = min(cosines)
+    print(f"{len(cosines)} sentences: cosine min {worst:.6f}, mean {sum(cosines) / len(cosines):.6f}")
+    sys.exit(0 if worst >= args.min_cosine else 1)
+
+
+if __name__ == "__main__":
+    main()
