@@ -76,8 +76,7 @@ def vocabulary(model_dir: pathlib.Path) -> tuple[list[str], list[int]]:
     return tokens, types
 
 
-def write_header(writer: gguf.GGUFWriter, model_dir: pathlib.Path, f32: bool) -> None:
-    config = json.loads((model_dir / "config.json").read_text())
+def write_header(writer: gguf.GGUFWriter, model_dir: pathlib.Path, config: dict, f32: bool) -> None:
     writer.add_name(model_dir.name)
     writer.add_context_length(config["max_position_embeddings"])
     writer.add_embedding_length(config["hidden_size"])
@@ -102,8 +101,7 @@ def write_header(writer: gguf.GGUFWriter, model_dir: pathlib.Path, f32: bool) ->
         writer.add_uint32("tokenizer.ggml.cls_token_id", ids[cls])
 
 
-def write_tensors(writer: gguf.GGUFWriter, model_dir: pathlib.Path, f32: bool) -> None:
-    config = json.loads((model_dir / "config.json").read_text())
+def write_tensors(writer: gguf.GGUFWriter, model_dir: pathlib.Path, config: dict, f32: bool) -> None:
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.BERT, config["num_hidden_layers"])
     for name, array in safetensors(model_dir / "model.safetensors").items():
         name = name.removeprefix("bert.")
@@ -125,8 +123,9 @@ def main() -> None:
     args = parser.parse_args()
     f32 = args.outtype == "f32"
     writer = gguf.GGUFWriter(str(args.out), gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.BERT])
-    write_header(writer, args.model_dir, f32)
-    write_tensors(writer, args.model_dir, f32)
+    config = json.loads((args.model_dir / "config.json").read_text())
+    write_header(writer, args.model_dir, config, f32)
+    write_tensors(writer, args.model_dir, config, f32)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -95,8 +95,8 @@ impl LateRestarts {
                 return StreamEvent::Finished(done);
             }
         };
-        // A queue bound (`--max-queue-ms`) may still refuse it; its stream then ends without
-        // a `Finished`, and the reader counts the choice as lost.
+        // A queue bound (`--max-queue-ms`) may still refuse it at the head of the queue; its
+        // stream then finishes with that error, as the choice's end.
         drop(stream.take_start());
         let (index, first_tokens) = (done.index, done.usage.completion_tokens);
         let renumbered = stream.map(move |event| renumber(event, index, first_tokens));

@@ -39,9 +39,9 @@ impl SessionRecorder {
             line["tool_choice"] = tools.tool_choice.clone();
         }
         // The answer format (`--final-schema`), in the chat shape the records have.
-        if let Some(Ok(Value::Object(fields))) = spec.constraint.as_ref().map(|c| constraint_fields(c, Protocol::Chat))
-        {
-            line.as_object_mut().into_iter().for_each(|l| l.extend(fields.clone()));
+        let format = spec.constraint.as_ref().map(|c| constraint_fields(c, Protocol::Chat));
+        if let (Some(Ok(Value::Object(fields))), Some(line)) = (format, line.as_object_mut()) {
+            line.extend(fields);
         }
         let mut text = line.to_string();
         text.push('\n');

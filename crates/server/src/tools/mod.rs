@@ -11,6 +11,7 @@
 
 mod format;
 mod grammar;
+mod json_scan;
 mod parse;
 mod prompt;
 mod watch;
