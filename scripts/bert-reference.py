@@ -6,7 +6,7 @@ model's own tokenizer.json (the `tokenizers` package), BERT's layers, the poolin
 
     scripts/bert-reference.py MODEL_DIR --compare URL [--sentences FILE] [--min-cosine 0.999]
 
---compare posts each sentence to URL (an OpenAI `/v1/embeddings`, e.g. llama-server
+--compare posts each sentence (all in one request with --batch) to URL (an OpenAI `/v1/embeddings`, e.g. llama-server
 --embedding --pooling mean, or rillm) and prints the cosine of each vector with the
 reference's; exits 1 if any is under --min-cosine. Without --sentences, 60 varied built-in
 sentences (short, long, punctuation, numbers, accents, code).
@@ -55,7 +55,7 @@ SENTENCES = [
     "Bananas are berries, but strawberries are not.", "The meeting has been moved to Room 301.",
     "Password must contain at least 8 characters, one digit and one symbol.", "GPUs accelerate matrix multiplication.",
     "The river flooded after a week of heavy rain.", "Birds migrate south for the winter.",
-    "Sorry, I didn't catch that — could you repeat?", "x = 3; y = x ** 2 + 1", "Ok", "",
+    "Sorry, I didn't catch that — could you repeat?", "x = 3; y = x ** 2 + 1", "Ok", "I",
 ]
 
 
@@ -105,12 +105,14 @@ class Reference:
         return pooled / np.linalg.norm(pooled)
 
 
-def served(url: str, text: str) -> np.ndarray:
-    body = json.dumps({"input": text, "model": "embedding"}).encode()
+def served(url: str, texts: list[str]) -> list[np.ndarray]:
+    """The server's vectors for `texts`, in one request, each scaled to unit length."""
+    body = json.dumps({"input": texts}).encode()
     request = urllib.request.Request(url, body, {"content-type": "application/json"})
-    with urllib.request.urlopen(request, timeout=60) as response:
-        vector = np.array(json.loads(response.read())["data"][0]["embedding"], dtype=np.float64)
-    return vector / np.linalg.norm(vector)
+    with urllib.request.urlopen(request, timeout=120) as response:
+        data = sorted(json.loads(response.read())["data"], key=lambda d: d["index"])
+    vectors = [np.array(d["embedding"], dtype=np.float64) for d in data]
+    return [v / np.linalg.norm(v) for v in vectors]
 
 
 def main() -> None:
@@ -119,12 +121,18 @@ def main() -> None:
     parser.add_argument("--compare", required=True, help="an OpenAI /v1/embeddings URL")
     parser.add_argument("--sentences", type=pathlib.Path)
     parser.add_argument("--min-cosine", type=float, default=0.999)
+    parser.add_argument("--batch", action="store_true",
+                        help="post every sentence in one request (a batching server packs them together)")
     args = parser.parse_args()
     sentences = args.sentences.read_text().splitlines() if args.sentences else SENTENCES
     reference = Reference(args.model_dir)
+    if args.batch:
+        vectors = served(args.compare, sentences)
+    else:
+        vectors = [served(args.compare, [text])[0] for text in sentences]
     cosines = []
-    for text in sentences:
-        cosine = float(reference.embed(text) @ served(args.compare, text))
+    for text, vector in zip(sentences, vectors, strict=True):
+        cosine = float(reference.embed(text) @ vector)
         cosines.append(cosine)
         print(f"{cosine:.6f}  {text[:60]!r}")
     worst = min(cosines)

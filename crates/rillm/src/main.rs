@@ -1,6 +1,7 @@
 //! The `rillm` command line: one binary for serving, generating, benchmarking and the mock.
 
 mod bench;
+mod embedding_args;
 mod generate;
 mod model_args;
 mod open_files;
@@ -35,10 +36,14 @@ enum Command {
 
 #[derive(Subcommand)]
 enum ModelCommand {
-    /// Fetch the default model (SmolLM2-135M-Instruct Q4_1) into the cache directory.
-    Fetch,
-    /// Print the default model's cache path.
-    Path,
+    /// Fetch a model into the cache directory: the default (SmolLM2-135M-Instruct Q4_1),
+    /// or by name `all-minilm-l6-v2` (an embedding model, converted to GGUF on the way).
+    Fetch {
+        /// smollm2-135m-instruct (the default) or all-minilm-l6-v2.
+        name: Option<String>,
+    },
+    /// Print a model's cache path (the default model's without a name).
+    Path { name: Option<String> },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -49,14 +54,19 @@ fn main() -> anyhow::Result<()> {
         Command::Generate(args) => generate::run(args),
         Command::Bench(command) => bench::command(*command),
         Command::MockServer(args) => bench::mock_server(args),
-        Command::Model { command: ModelCommand::Fetch } => {
+        Command::Model { command: ModelCommand::Fetch { name: None } } => {
             let path = rillm_models::default_model_path()?;
             rillm_models::fetch_default_model(&path, |m| eprintln!("rillm: {m}"))?;
             println!("{}", path.display());
             Ok(())
         }
-        Command::Model { command: ModelCommand::Path } => {
-            println!("{}", rillm_models::default_model_path()?.display());
+        Command::Model { command: ModelCommand::Fetch { name: Some(name) } } => {
+            println!("{}", rillm_models::ensure_known_model(&name, |m| eprintln!("rillm: {m}"))?.display());
+            Ok(())
+        }
+        Command::Model { command: ModelCommand::Path { name } } => {
+            let name = name.as_deref().unwrap_or(rillm_models::DEFAULT_MODEL_NAME);
+            println!("{}", rillm_models::known_model_path(name)?.display());
             Ok(())
         }
     }

@@ -6,8 +6,9 @@ use rillm_engine::EngineConfig;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// GGUF model file (llama or qwen2 family). Default: SmolLM2-135M-Instruct Q4_1,
-    /// fetched into $RILLM_HOME (default ~/.cache/rillm) on first use.
+    /// GGUF model file (llama, qwen2, gemma3, bert, ...), or a known model's name
+    /// (`all-minilm-l6-v2`). Default: SmolLM2-135M-Instruct Q4_1. Known models are fetched
+    /// into $RILLM_HOME (default ~/.cache/rillm) on first use.
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// llama.cpp compute threads. Default: all cores.
@@ -92,6 +93,11 @@ impl ModelArgs {
     /// The engine configuration, fetching the default model first when none was given.
     pub fn engine_config(&self, max_running: usize, max_waiting: usize) -> anyhow::Result<EngineConfig> {
         let path = match &self.model {
+            // A known model's name (`all-minilm-l6-v2`) where no such file exists.
+            Some(path) if !path.exists() && path.to_str().is_some_and(|n| rillm_models::KNOWN_MODELS.contains(&n)) => {
+                let name = path.to_str().unwrap_or_default();
+                rillm_models::ensure_known_model(name, |m| eprintln!("rillm: {m}"))?
+            }
             Some(path) => path.clone(),
             None => rillm_models::ensure_default_model(|m| eprintln!("rillm: {m}"))?,
         };

@@ -1,18 +1,19 @@
 //! `rillm serve`: the engine behind HTTP.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
-use rillm_engine::Engine;
-use rillm_server::{Backend, ConnectionLimits, OutputOptions, SchemaReading, ServerConfig, ToolCallFormat};
+use rillm_server::{ConnectionLimits, OutputOptions, SchemaReading, ServerConfig, ToolCallFormat};
 
+use crate::embedding_args::EmbeddingArgs;
 use crate::model_args::{engine_defaults, ModelArgs};
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
     #[command(flatten)]
     model: ModelArgs,
+    #[command(flatten)]
+    embedding: EmbeddingArgs,
     /// Address to bind. Loopback by default: exposing a model server is a decision (the
     /// container image makes it with RILLM_HOST=0.0.0.0).
     #[arg(long, env = "RILLM_HOST", default_value = "127.0.0.1")]
@@ -130,6 +131,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             keep_repeated_calls: args.keep_repeated_calls,
         },
         responses_store_bytes: args.responses_store_mib.saturating_mul(1 << 20),
+        embeddings: args.embedding.options(),
         connections: ConnectionLimits {
             max_connections,
             reserve: ConnectionLimits::default().reserve,
@@ -150,9 +152,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         // Machine-readable: tests and scripts wait for this line.
         println!("rillm: listening on http://{local}");
         tracing::info!(%local, threads = engine_config.threads, max_running = engine_config.max_running, "listening; loading model");
-        let load = move || {
-            Engine::start(engine_config).map(|e| Arc::new(e) as Arc<dyn Backend>)
-        };
+        let pooling = args.embedding.pooling();
+        let load = move || rillm_engine::start_backend(engine_config, pooling);
         rillm_server::run(listener, server_config, load, shutdown).await?;
         tracing::info!("stopped");
         Ok(())

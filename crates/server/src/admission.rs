@@ -132,7 +132,7 @@ pub async fn off_runtime<T: Send + 'static>(work: impl FnOnce() -> T + Send + 's
     tokio::task::spawn_blocking(work).await.map_err(|_| ApiError::internal("preparing the request failed"))
 }
 
-fn rejection_error(rejected: &Rejected, fields: &Fields) -> ApiError {
+pub(crate) fn rejection_error(rejected: &Rejected, fields: &Fields) -> ApiError {
     let prompt_param = fields.prompt;
     let message = rejected.to_string();
     match rejected {
@@ -155,11 +155,12 @@ fn rejection_error(rejected: &Rejected, fields: &Fields) -> ApiError {
             ApiError::invalid(fields.constraint.clone().unwrap_or_else(|| "response_format".into()), message)
                 .with_code("invalid_constraint")
         }
+        Rejected::WrongTask { .. } => ApiError::invalid("model", message).with_code("model_not_supported"),
         Rejected::ShuttingDown | Rejected::EngineFailed(_) => ApiError::unavailable(message),
     }
 }
 
-fn rejection_reason(rejected: &Rejected) -> &'static str {
+pub(crate) fn rejection_reason(rejected: &Rejected) -> &'static str {
     match rejected {
         Rejected::QueueFull { .. } => "queue_full",
         Rejected::WouldWaitTooLong { .. } => "would_miss_deadline",
@@ -169,7 +170,8 @@ fn rejection_reason(rejected: &Rejected) -> &'static str {
         | Rejected::InvalidRequest(_)
         | Rejected::InvalidField { .. }
         | Rejected::InvalidConstraint(_)
-        | Rejected::TooManyChoices { .. } => "invalid",
+        | Rejected::TooManyChoices { .. }
+        | Rejected::WrongTask { .. } => "invalid",
         Rejected::ShuttingDown | Rejected::EngineFailed(_) => "unavailable",
     }
 }

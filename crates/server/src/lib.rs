@@ -16,6 +16,7 @@ mod logprobs;
 pub mod metrics;
 mod observe;
 mod openai;
+mod pooled;
 mod responses;
 mod routes;
 mod sampling;
@@ -41,6 +42,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 
 pub use connections::ConnectionLimits;
 pub use error::ApiError;
+pub use pooled::EmbeddingOptions;
 pub use rillm_backend::{Backend, Health, ToolCallFormat};
 pub use schema_reading::SchemaReading;
 pub use state::{AppState, Phase};
@@ -68,6 +70,8 @@ pub struct ServerConfig {
     /// Memory for responses kept for `previous_response_id` (the Responses API's `store`);
     /// 0 keeps none.
     pub responses_store_bytes: usize,
+    /// Embedding models: normalisation, Matryoshka sizes, inputs per request.
+    pub embeddings: EmbeddingOptions,
 }
 
 impl Default for ServerConfig {
@@ -83,6 +87,7 @@ impl Default for ServerConfig {
             connections: ConnectionLimits::default(),
             outputs: OutputOptions::default(),
             responses_store_bytes: 64 << 20,
+            embeddings: EmbeddingOptions::default(),
         }
     }
 }
@@ -121,6 +126,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/responses", post(routes::responses::create_response))
         .route("/v1/responses/{id}", get(routes::responses::retrieve).delete(routes::responses::delete))
         .route("/v1/responses/{id}/cancel", post(routes::responses::cancel))
+        .route("/v1/embeddings", post(routes::embeddings::embeddings))
+        .route("/v1/rerank", post(routes::rerank::rerank))
+        .route("/rerank", post(routes::rerank::rerank))
         .route("/v1/models", get(routes::info::models))
         .route("/tokenize", post(routes::tokenize::tokenize))
         .route("/detokenize", post(routes::tokenize::detokenize))

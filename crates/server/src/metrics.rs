@@ -65,6 +65,11 @@ pub const STRUCTURED_FAILURES: &str = "rillm_structured_failures_total";
 /// `restarted` as the answer.
 pub const TOOL_CALLS_REPEATED: &str = "rillm_tool_calls_repeated_total";
 pub const STRUCTURED_RESAMPLES: &str = "rillm_structured_resamples_total";
+/// Embedding and rerank requests, apart from generation's (label `task`): answered
+/// requests, their inputs, and their latency from arrival to answer.
+pub const POOLED_REQUESTS: &str = "rillm_embedding_requests_total";
+pub const POOLED_INPUTS: &str = "rillm_embedding_inputs_total";
+pub const POOLED_SECONDS: &str = "rillm_embedding_request_seconds";
 /// Speculative decoding, as vLLM names it: verified drafts, their tokens, those kept, and
 /// those kept by their place in the draft (label `position`).
 pub const SPEC_DRAFTS: &str = "vllm:spec_decode_num_drafts_total";
@@ -103,6 +108,8 @@ const COUNTERS: &[(&str, &str)] = &[
     (SPEC_DRAFT_TOKENS, "Number of draft tokens."),
     (SPEC_ACCEPTED_TOKENS, "Number of accepted tokens."),
     (SPEC_ACCEPTED_PER_POS, "Accepted tokens per draft position."),
+    (POOLED_REQUESTS, "Embedding and rerank requests answered (label task)."),
+    (POOLED_INPUTS, "Inputs (or query-document pairs) of answered embedding and rerank requests."),
     (SPEC_GUARD_CUTS, "Steps whose drafts were cut to keep every stream's time per token within the guard."),
 ];
 const GAUGES: &[(&str, &str)] = &[
@@ -129,12 +136,13 @@ const HISTOGRAMS: &[(&str, &str)] = &[
     (REQUEST_TPOT, "Histogram of time_per_output_token_seconds per request."),
     (REQUEST_PROMPT_TOKENS, "Number of prefill tokens processed."),
     (REQUEST_GENERATION_TOKENS, "Number of generation tokens processed."),
+    (POOLED_SECONDS, "Histogram of embedding and rerank request latency in seconds, arrival to answer."),
 ];
 
 const LATENCY_BUCKETS: &[f64] =
     &[0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0];
 const LATENCY_HISTOGRAMS: &[&str] =
-    &[TTFT, ITL, E2E, QUEUE_TIME, PREFILL_TIME, DECODE_TIME, INFERENCE_TIME, REQUEST_TPOT];
+    &[TTFT, ITL, E2E, QUEUE_TIME, PREFILL_TIME, DECODE_TIME, INFERENCE_TIME, REQUEST_TPOT, POOLED_SECONDS];
 /// vLLM's 1-2-5 series for token counts (it stops at the model's length; these at 100k).
 const TOKEN_BUCKETS: &[f64] =
     &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5];
@@ -267,6 +275,15 @@ pub async fn upkeep_forever() {
 
 pub fn record_rejected(reason: &'static str) {
     counter!(REJECTED, "reason" => reason).increment(1);
+}
+
+/// One answered embedding or rerank request; its prompt tokens count in vLLM's total.
+pub fn record_pooled(model: &str, task: &'static str, inputs: usize, prompt_tokens: usize, seconds: f64) {
+    let model = model.to_string();
+    counter!(POOLED_REQUESTS, "model_name" => model.clone(), "task" => task).increment(1);
+    counter!(POOLED_INPUTS, "model_name" => model.clone(), "task" => task).increment(inputs as u64);
+    counter!(PROMPT_TOKENS, "model_name" => model.clone()).increment(prompt_tokens as u64);
+    histogram!(POOLED_SECONDS, "model_name" => model, "task" => task).record(seconds);
 }
 
 pub fn record_disconnect() {

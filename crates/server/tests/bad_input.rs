@@ -25,6 +25,9 @@ fn cases() -> Vec<Case> {
     let msg = json!([{"role": "user", "content": "Hi"}]);
     vec![
         raw("/v1/completions", "{\"prompt\": \"Hi\"", 400, None),
+        // A generating model serves no embeddings and scores no pairs.
+        case("/v1/embeddings", json!({"input": "Hi"}), 400, Some("model")),
+        case("/v1/rerank", json!({"query": "Hi", "documents": ["a"]}), 400, Some("model")),
         raw("/v1/chat/completions", "not json at all", 400, None),
         raw("/generate", "", 400, None),
         raw("/v1/completions", "{\"prompt\": \"Hi\", \"max_tokens\": 2} xyz", 400, None),

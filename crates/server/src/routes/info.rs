@@ -51,6 +51,8 @@ pub async fn models(State(state): State<AppState>) -> Response {
             "created": unix_now(),
             "owned_by": "rillm",
             "max_model_len": backend.context_length(),
+            "task": backend.task().name(),
+            "embedding_width": backend.embedding_width(),
         })],
         None => Vec::new(),
     };

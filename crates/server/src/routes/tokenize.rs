@@ -73,9 +73,15 @@ pub async fn tokenize(
     let tokens = off_runtime(move || backend.tokenize(&prompt, add_special))
         .await?
         .map_err(|rejected| ApiError::invalid(param, rejected.to_string()))?;
-    let max_model_len = state.backend().map_or(0, |b| b.context_length());
-    Ok(Json(json!({"count": tokens.len(), "max_model_len": max_model_len, "tokens": tokens, "token_strs": null}))
-        .into_response())
+    let (max_model_len, task) = state.backend().map_or((0, "generate"), |b| (b.context_length(), b.task().name()));
+    Ok(Json(json!({
+        "count": tokens.len(),
+        "max_model_len": max_model_len,
+        "tokens": tokens,
+        "token_strs": null,
+        "task": task,
+    }))
+    .into_response())
 }
 
 /// `GET /tokenizer_info` in vLLM's shape: the special tokens and chat template, which

@@ -59,6 +59,16 @@ impl TestServer {
         Self::serve(opts, load, serial).await
     }
 
+    /// A server over the embedding model (`rillm_models::embedding_model_for_tests`), its
+    /// engine chosen from the GGUF as `rillm serve` chooses it.
+    pub async fn start_embedding(opts: Options) -> Self {
+        let serial = rillm_test_support::model_lock().await;
+        let mut config = Self::engine_config(&opts);
+        config.model_path = rillm_models::embedding_model_for_tests().gguf;
+        let load = move || rillm_engine::start_backend(config, None);
+        Self::serve(opts, load, serial).await
+    }
+
     /// A server over an engine the test can also call directly (to check what the HTTP
     /// path reports against the engine's own answers).
     pub async fn start_sharing_engine(opts: Options) -> (Self, Engine) {
