@@ -4,11 +4,14 @@ layout), the reference an embedding server's vectors are checked against: tokeni
 model's own tokenizer.json (the `tokenizers` package), BERT's layers, the pooling of
 1_Pooling, then L2-normalised (modules.json's Normalize).
 
-    scripts/bert-reference.py MODEL_DIR --compare URL [--sentences FILE] [--min-cosine 0.999]
+    scripts/bert-reference.py MODEL_DIR --compare URL [--sentences FILE] [--min-cosine 0.999] [--batch]
+    scripts/bert-reference.py CROSS_ENCODER_DIR --rerank URL [--score-tolerance 5e-3]
 
---compare posts each sentence (all in one request with --batch) to URL (an OpenAI `/v1/embeddings`, e.g. llama-server
---embedding --pooling mean, or rillm) and prints the cosine of each vector with the
-reference's; exits 1 if any is under --min-cosine. Without --sentences, 60 varied built-in
+--compare posts each sentence (all in one request with --batch) to URL (an OpenAI
+`/v1/embeddings`, e.g. llama-server --embedding --pooling mean, or rillm) and prints the
+cosine of each vector with the reference's; exits 1 if any is under --min-cosine. --rerank
+posts five queries with the sentences as documents to a `/v1/rerank` URL and checks each
+score (a sigmoid of the classifier's logit) and the order against the reference's. Without --sentences, 60 varied built-in
 sentences (short, long, punctuation, numbers, accents, code).
 """
 
@@ -93,16 +96,27 @@ class Reference:
         h = 0.5 * h * (1 + np.vectorize(math.erf)(h / math.sqrt(2)))  # exact GELU
         return self.norm(x + self.dense(h, p + "output.dense"), p + "output.LayerNorm")
 
-    def embed(self, text: str) -> np.ndarray:
-        ids = self.tokenizer.encode(text).ids
+    def states(self, encoding) -> np.ndarray:
+        ids, types = encoding.ids, encoding.type_ids
         x = (self.w["embeddings.word_embeddings.weight"][ids]
              + self.w["embeddings.position_embeddings.weight"][: len(ids)]
-             + self.w["embeddings.token_type_embeddings.weight"][0])
+             + self.w["embeddings.token_type_embeddings.weight"][types])
         x = self.norm(x, "embeddings.LayerNorm")
         for i in range(self.config["num_hidden_layers"]):
             x = self.layer(x, i)
+        return x
+
+    def embed(self, text: str) -> np.ndarray:
+        x = self.states(self.tokenizer.encode(text))
         pooled = x.mean(0) if self.pooling == 1 else x[0]
         return pooled / np.linalg.norm(pooled)
+
+    def score(self, query: str, document: str) -> float:
+        """A cross-encoder's relevance: [CLS] through the pooler (dense, tanh) and the
+        classifier, as a sigmoid (what rillm and vLLM send)."""
+        cls = self.states(self.tokenizer.encode(query, document))[0]
+        logit = self.dense(np.tanh(self.dense(cls, "pooler.dense")), "classifier")[0]
+        return 1 / (1 + math.exp(-logit))
 
 
 def served(url: str, texts: list[str]) -> list[np.ndarray]:
@@ -115,10 +129,44 @@ def served(url: str, texts: list[str]) -> list[np.ndarray]:
     return [v / np.linalg.norm(v) for v in vectors]
 
 
+QUERIES = ["What is the capital of France?", "How do I reset my password?", "rust borrow checker",
+           "weather this afternoon", "Which fruit is a berry?"]
+
+
+def rerank(url: str, query: str, documents: list[str]) -> dict[int, float]:
+    """The server's relevance score of each document, by its index."""
+    body = json.dumps({"query": query, "documents": documents, "return_documents": False}).encode()
+    request = urllib.request.Request(url, body, {"content-type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        results = json.loads(response.read())["results"]
+    assert [r["relevance_score"] for r in results] == sorted((r["relevance_score"] for r in results), reverse=True)
+    return {r["index"]: r["relevance_score"] for r in results}
+
+
+def compare_rerank(reference: Reference, url: str, documents: list[str], tolerance: float) -> None:
+    """Each query against every document: scores within `tolerance` of the reference's, and
+    the server's order the reference's wherever the reference's scores are apart."""
+    worst, misordered = 0.0, 0
+    for query in QUERIES:
+        served_scores = rerank(url, query, documents)
+        expected = [reference.score(query, d) for d in documents]
+        worst = max(worst, max(abs(served_scores[i] - e) for i, e in enumerate(expected)))
+        order = sorted(range(len(documents)), key=lambda i: -served_scores[i])
+        misordered += sum(1 for a, b in zip(order, order[1:]) if expected[a] < expected[b] - 2 * tolerance)
+        print(f"{query[:40]!r}: best {order[0]} ({served_scores[order[0]]:.4f}; reference {expected[order[0]]:.4f})")
+    pairs = len(QUERIES) * len(documents)
+    print(f"{pairs} pairs: score max abs difference {worst:.2e}, {misordered} adjacent pairs out of order")
+    sys.exit(0 if worst <= tolerance and misordered == 0 else 1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model_dir", type=pathlib.Path)
-    parser.add_argument("--compare", required=True, help="an OpenAI /v1/embeddings URL")
+    parser.add_argument("--compare", help="an OpenAI /v1/embeddings URL")
+    parser.add_argument("--rerank", help="a /v1/rerank URL: MODEL_DIR is a cross-encoder, scored by pair")
+    # ggml computes GELU through an fp16 table: scores of a random model that amplifies it
+    # differ in the third decimal.
+    parser.add_argument("--score-tolerance", type=float, default=5e-3)
     parser.add_argument("--sentences", type=pathlib.Path)
     parser.add_argument("--min-cosine", type=float, default=0.999)
     parser.add_argument("--batch", action="store_true",
@@ -126,6 +174,8 @@ def main() -> None:
     args = parser.parse_args()
     sentences = args.sentences.read_text().splitlines() if args.sentences else SENTENCES
     reference = Reference(args.model_dir)
+    if args.rerank:
+        return compare_rerank(reference, args.rerank, sentences, args.score_tolerance)
     if args.batch:
         vectors = served(args.compare, sentences)
     else:

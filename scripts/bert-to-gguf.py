@@ -6,7 +6,8 @@ llama.cpp's own converter does the same but imports torch and transformers, and 
 torch is the CUDA build (a 4.9 GB venv). BERT's tensors map one to one (the `gguf` package's
 own name map), the WordPiece vocabulary comes from tokenizer.json, written as llama.cpp's
 converter writes it (`conversion/bert.py`: "phantom space" pieces, control tokens kept),
-pre-tokenizer `jina-v2-en`, pooling from 1_Pooling. 2-D weights are F16 unless --outtype f32;
+pre-tokenizer `jina-v2-en`, pooling from 1_Pooling; a cross-encoder
+(BertForSequenceClassification) is pooled by `rank`, its pooler and classifier kept. 2-D weights are F16 unless --outtype f32;
 1-D ones and the position and token-type embeddings stay F32, as llama.cpp's converter keeps
 them.
 
@@ -25,6 +26,13 @@ import gguf
 import numpy as np
 
 SKIPPED = ("embeddings.position_ids", "pooler.dense.weight", "pooler.dense.bias")
+# A cross-encoder (BertForSequenceClassification) scores [CLS] through BERT's pooler (a dense
+# layer and tanh) and its classifier: llama.cpp's rank pooling runs `cls` (with tanh) then
+# `cls.output`, so the pooler is kept as the one and the classifier written as the other.
+CROSS_ENCODER_TENSORS = {
+    "pooler.dense.weight": "cls.weight", "pooler.dense.bias": "cls.bias",
+    "classifier.weight": "cls.output.weight", "classifier.bias": "cls.output.bias",
+}
 # Added to activations, not multiplied: llama.cpp wants them F32 (as its converter keeps them).
 ALWAYS_F32 = ("position_embd.weight", "token_types.weight")
 POOLING = {"pooling_mode_mean_tokens": gguf.PoolingType.MEAN, "pooling_mode_cls_token": gguf.PoolingType.CLS}
@@ -48,7 +56,14 @@ def safetensors(path: pathlib.Path) -> dict:
     return tensors
 
 
+def is_cross_encoder(model_dir: pathlib.Path) -> bool:
+    config = json.loads((model_dir / "config.json").read_text())
+    return "BertForSequenceClassification" in config.get("architectures", [])
+
+
 def pooling(model_dir: pathlib.Path) -> int:
+    if is_cross_encoder(model_dir):
+        return gguf.PoolingType.RANK
     config = json.loads((model_dir / "1_Pooling" / "config.json").read_text())
     for key, kind in POOLING.items():
         if config.get(key):
@@ -86,6 +101,9 @@ def write_header(writer: gguf.GGUFWriter, model_dir: pathlib.Path, config: dict,
     writer.add_layer_norm_eps(config["layer_norm_eps"])
     writer.add_causal_attention(False)
     writer.add_pooling_type(pooling(model_dir))
+    if is_cross_encoder(model_dir):
+        labels = config.get("id2label", {"0": "LABEL_0"})
+        writer.add_classifier_output_labels([labels[k] for k in sorted(labels, key=int)])
     writer.add_file_type(gguf.LlamaFileType.ALL_F32 if f32 else gguf.LlamaFileType.MOSTLY_F16)
     tokens, types = vocabulary(model_dir)
     writer.add_token_type_count(config.get("type_vocab_size", 1))
@@ -103,11 +121,15 @@ def write_header(writer: gguf.GGUFWriter, model_dir: pathlib.Path, config: dict,
 
 def write_tensors(writer: gguf.GGUFWriter, model_dir: pathlib.Path, config: dict, f32: bool) -> None:
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.BERT, config["num_hidden_layers"])
+    cross_encoder = is_cross_encoder(model_dir)
     for name, array in safetensors(model_dir / "model.safetensors").items():
         name = name.removeprefix("bert.")
-        if name in SKIPPED:
+        if cross_encoder and name in CROSS_ENCODER_TENSORS:
+            new_name = CROSS_ENCODER_TENSORS[name]
+        elif name in SKIPPED:
             continue
-        new_name = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        else:
+            new_name = names.get_name(name, try_suffixes=(".weight", ".bias"))
         if new_name is None:
             raise SystemExit(f"no GGUF name for tensor {name}")
         keep_f32 = f32 or array.ndim < 2 or new_name in ALWAYS_F32

@@ -129,6 +129,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/embeddings", post(routes::embeddings::embeddings))
         .route("/v1/rerank", post(routes::rerank::rerank))
         .route("/rerank", post(routes::rerank::rerank))
+        .route("/score", post(routes::rerank::score))
+        .route("/v1/score", post(routes::rerank::score))
         .route("/v1/models", get(routes::info::models))
         .route("/tokenize", post(routes::tokenize::tokenize))
         .route("/detokenize", post(routes::tokenize::detokenize))

@@ -182,3 +182,23 @@ async fn a_dropped_large_request_is_cancelled() {
     let answered = server.metric("rillm_embedding_requests_total").await - before;
     assert_eq!(answered, 1.0, "only the second was answered");
 }
+
+/// `--pooling last` serves a generating model's last-token states as embeddings (how
+/// Qwen3-Embedding-style decoders are served): one vector per input, the same alone as
+/// batched beside others, and its generation routes refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decoder_serves_its_last_token_embeddings_with_pooling_last() {
+    let pooling = Some(rillm_engine::Pooling::Last);
+    let server = TestServer::start_model(options(), rillm_test_support::model(), pooling).await;
+    let texts = ["The cat sat on the mat.", "Interest rates rose in March.", "fn main() {}"];
+    let batched = embed(&server, json!({"input": texts, "encoding_format": "float"})).await;
+    let vectors: Vec<Vec<f64>> = batched["data"].as_array().unwrap().iter().map(vector).collect();
+    assert!(vectors.iter().all(|v| v.len() == 576), "SmolLM2-135M's width");
+    assert!(cosine(&vectors[0], &vectors[1]) < 0.9999, "different inputs, different vectors");
+    for (text, expected) in texts.iter().zip(&vectors) {
+        let alone = embed(&server, json!({"input": text, "encoding_format": "float"})).await;
+        assert!(cosine(&vector(&alone["data"][0]), expected) > 0.999, "{text}: alone vs batched");
+    }
+    let chat = server.post("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "hi"}]})).await;
+    assert_eq!(chat.status(), 400);
+}

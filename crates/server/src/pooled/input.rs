@@ -91,6 +91,52 @@ pub fn rerank_pairs(
     Ok((pairs, texts))
 }
 
+/// vLLM's `/score` pairs: `text_1` beside each `text_2`, one to one when both are arrays
+/// of the same length (a one-element `text_1` goes beside every `text_2`).
+pub fn score_pairs(
+    text_1: Option<Value>,
+    text_2: Option<Value>,
+    max_inputs: usize,
+) -> Result<Vec<EmbedInput>, ApiError> {
+    let firsts = score_texts(text_1, "text_1")?;
+    let seconds = score_texts(text_2, "text_2")?;
+    if firsts.len() != 1 && firsts.len() != seconds.len() {
+        return Err(ApiError::invalid(
+            "text_2",
+            format!(
+                "`text_1` has {} texts and `text_2` {}: give one `text_1` or as many as `text_2`",
+                firsts.len(),
+                seconds.len()
+            ),
+        ));
+    }
+    if seconds.len() > max_inputs {
+        return Err(ApiError::invalid(
+            "text_2",
+            format!("{} pairs is over this server's limit of {max_inputs}", seconds.len()),
+        ));
+    }
+    let query = |i: usize| firsts[if firsts.len() == 1 { 0 } else { i }].clone();
+    Ok(seconds.into_iter().enumerate().map(|(i, document)| EmbedInput::Pair { query: query(i), document }).collect())
+}
+
+fn score_texts(value: Option<Value>, param: &'static str) -> Result<Vec<String>, ApiError> {
+    let texts = match value {
+        Some(Value::String(text)) => vec![text],
+        Some(Value::Array(items)) => {
+            items.into_iter().map(|i| i.as_str().map(str::to_string)).collect::<Option<Vec<_>>>().unwrap_or_default()
+        }
+        Some(_) | None => Vec::new(),
+    };
+    if texts.is_empty() || texts.iter().any(String::is_empty) {
+        return Err(ApiError::invalid(
+            param,
+            format!("`{param}` must be a non-empty string or array of non-empty strings"),
+        ));
+    }
+    Ok(texts)
+}
+
 fn document_text(document: Value, index: usize) -> Result<String, ApiError> {
     let text = match document {
         Value::String(text) => Some(text),
@@ -158,6 +204,18 @@ mod tests {
         let (pairs, texts) = rerank_pairs(Some(json!("q")), Some(json!(["a", {"text": "b"}])), 8).expect("valid");
         assert_eq!(texts, vec!["a", "b"]);
         assert_eq!(pairs[1], EmbedInput::Pair { query: "q".into(), document: "b".into() });
+    }
+
+    #[test]
+    fn score_pairs_one_to_many_and_one_to_one() {
+        let pair = |q: &str, d: &str| EmbedInput::Pair { query: q.into(), document: d.into() };
+        let many = score_pairs(Some(json!("q")), Some(json!(["a", "b"])), 8).expect("valid");
+        assert_eq!(many, vec![pair("q", "a"), pair("q", "b")]);
+        let zipped = score_pairs(Some(json!(["x", "y"])), Some(json!(["a", "b"])), 8).expect("valid");
+        assert_eq!(zipped, vec![pair("x", "a"), pair("y", "b")]);
+        assert_eq!(param(score_pairs(Some(json!(["x", "y"])), Some(json!(["a", "b", "c"])), 8)), "text_2");
+        assert_eq!(param(score_pairs(None, Some(json!("a")), 8)), "text_1");
+        assert_eq!(param(score_pairs(Some(json!("q")), Some(json!([1])), 8)), "text_2");
     }
 
     #[test]

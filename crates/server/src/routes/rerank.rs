@@ -1,6 +1,6 @@
 //! `POST /v1/rerank` (also `/rerank`) in Jina's and Cohere's shape, as vLLM and
 //! llama-server serve it: each document scored against the query by a cross-encoder,
-//! best first.
+//! best first; and vLLM's `POST /score` (also `/v1/score`): pairs scored in order.
 
 use axum::extract::State;
 use axum::Json;
@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use crate::error::ApiError;
 use crate::json::JsonBody;
 use crate::pooled::compute;
-use crate::pooled::input::rerank_pairs;
+use crate::pooled::input::{rerank_pairs, score_pairs};
 use crate::pooled::vectors::relevance;
 use crate::state::AppState;
 
@@ -59,6 +59,37 @@ pub async fn rerank(
     Ok(Json(json!({
         "model": state.model_name(),
         "results": results,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    })))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ScoreBody {
+    model: Option<String>,
+    text_1: Option<Value>,
+    text_2: Option<Value>,
+    truncate_prompt_tokens: Option<u32>,
+}
+
+pub async fn score(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<ScoreBody>,
+) -> Result<Json<Value>, ApiError> {
+    state.check_model(body.model.as_deref())?;
+    let pairs = score_pairs(body.text_1, body.text_2, state.config.embeddings.max_inputs)?;
+    let request = EmbedRequest { inputs: pairs, truncate_prompt_tokens: body.truncate_prompt_tokens };
+    let scored = compute(&state, "/score", request).await?;
+    let data: Vec<Value> = scored
+        .vectors
+        .iter()
+        .enumerate()
+        .map(|(index, v)| json!({"index": index, "object": "score", "score": relevance(v)}))
+        .collect();
+    let tokens = scored.prompt_tokens;
+    Ok(Json(json!({
+        "object": "list",
+        "model": state.model_name(),
+        "data": data,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     })))
 }

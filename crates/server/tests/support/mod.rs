@@ -62,10 +62,16 @@ impl TestServer {
     /// A server over the embedding model (`rillm_models::embedding_model_for_tests`), its
     /// engine chosen from the GGUF as `rillm serve` chooses it.
     pub async fn start_embedding(opts: Options) -> Self {
+        Self::start_model(opts, rillm_models::embedding_model_for_tests().gguf, None).await
+    }
+
+    /// A server over the GGUF at `path`, its engine chosen as `rillm serve` chooses it
+    /// (`pooling` as `--pooling`).
+    pub async fn start_model(opts: Options, path: std::path::PathBuf, pooling: Option<rillm_engine::Pooling>) -> Self {
         let serial = rillm_test_support::model_lock().await;
         let mut config = Self::engine_config(&opts);
-        config.model_path = rillm_models::embedding_model_for_tests().gguf;
-        let load = move || rillm_engine::start_backend(config, None);
+        config.model_path = path;
+        let load = move || rillm_engine::start_backend(config, pooling);
         Self::serve(opts, load, serial).await
     }
 
