@@ -24,8 +24,12 @@ pub struct BenchArgs {
     pub balance: crate::run::targets::Balance,
     /// Wire protocol; `auto` picks it from the URL's path and says what it picked
     /// (`/generate` is rillm's: SGLang's native /generate needs `sglang`).
-    #[arg(long, value_enum, default_value_t = ProtocolArg::Auto)]
+    #[arg(long, visible_alias = "endpoint", value_enum, default_value_t = ProtocolArg::Auto)]
     pub protocol: ProtocolArg,
+    /// Embeddings and rerank: inputs (documents) per request, each a prompt of the workload's
+    /// lengths.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch_size: u32,
     /// JSON object merged into every request body, e.g.
     /// '{"chat_template_kwargs": {"enable_thinking": false}}'.
     #[arg(long, value_parser = parse_json_object)]
@@ -244,7 +248,8 @@ fn parse_json_object(s: &str) -> Result<serde_json::Value, String> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ProtocolArg {
     /// From the URL path: /v1/chat/completions, /v1/completions, /v1/responses, /generate (rillm),
-    /// /generate_stream (TGI), /v2/models/M/generate_stream (Triton), /completion (llama.cpp).
+    /// /generate_stream (TGI), /v2/models/M/generate_stream (Triton), /completion (llama.cpp),
+    /// /v1/embeddings, /v1/rerank.
     Auto,
     /// rillm's `/generate`.
     Generate,
@@ -262,6 +267,10 @@ pub enum ProtocolArg {
     Triton,
     /// llama.cpp's native `/completion`.
     Llamacpp,
+    /// OpenAI `/v1/embeddings`.
+    Embeddings,
+    /// Jina's and Cohere's `/v1/rerank`.
+    Rerank,
 }
 
 impl ProtocolArg {
@@ -275,9 +284,11 @@ impl ProtocolArg {
             Self::Tgi => Protocol::Tgi,
             Self::Triton => Protocol::Triton,
             Self::Llamacpp => Protocol::Llamacpp,
+            Self::Embeddings => Protocol::Embeddings,
+            Self::Rerank => Protocol::Rerank,
             Self::Auto => {
                 return Protocol::from_url(url).ok_or_else(|| {
-                    format!("cannot tell the protocol from {url}; pass --protocol generate|completions|chat|responses|sglang|tgi|triton|llamacpp")
+                    format!("cannot tell the protocol from {url}; pass --protocol generate|completions|chat|responses|sglang|tgi|triton|llamacpp|embeddings|rerank")
                 })
             }
         })

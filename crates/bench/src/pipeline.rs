@@ -113,6 +113,7 @@ pub(crate) async fn prepare(args: &BenchArgs, setup: &Setup) -> Result<Prepared,
         temperature: args.temperature,
         extra: args.extra_body.clone(),
         tools,
+        batch_size: args.batch_size,
     };
     let description = describe_workload(args, setup.amount, built.description, &built.workload);
     Ok(Prepared {

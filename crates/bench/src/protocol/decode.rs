@@ -163,6 +163,8 @@ impl StreamDecoder {
             Protocol::Tgi => tgi(p),
             Protocol::Triton => Chunk { text: p.text_output.unwrap_or_default().into_owned(), ..Chunk::default() },
             Protocol::Llamacpp => llamacpp(p),
+            // Answered as one JSON body (`run::client` reads it), never as events.
+            Protocol::Embeddings | Protocol::Rerank => Chunk::default(),
         }
     }
 

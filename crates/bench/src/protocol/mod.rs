@@ -32,6 +32,12 @@ pub enum Protocol {
     Triton,
     /// llama.cpp's native `POST /completion`: `content`, final `stop: true` with timings.
     Llamacpp,
+    /// OpenAI `POST /v1/embeddings` (rillm, llama-server, vLLM, TEI): one JSON answer, a
+    /// vector per input.
+    Embeddings,
+    /// Jina's and Cohere's `POST /v1/rerank` (rillm, llama-server, vLLM): one JSON answer,
+    /// a score per document.
+    Rerank,
 }
 
 impl Protocol {
@@ -39,7 +45,11 @@ impl Protocol {
     /// endpoint has the same path and needs `--protocol sglang`.
     pub fn from_url(url: &str) -> Option<Self> {
         let path = url.split('?').next().unwrap_or(url).trim_end_matches('/');
-        if path.ends_with("/chat/completions") {
+        if path.ends_with("/embeddings") {
+            Some(Self::Embeddings)
+        } else if path.ends_with("/rerank") {
+            Some(Self::Rerank)
+        } else if path.ends_with("/chat/completions") {
             Some(Self::Chat)
         } else if path.ends_with("/v1/responses") {
             Some(Self::Responses)
@@ -62,6 +72,12 @@ impl Protocol {
     /// from a finished one.
     pub fn has_end_marker(self) -> bool {
         self != Self::Triton
+    }
+
+    /// Whether the answer is one JSON body of pooled vectors or scores, not a token stream:
+    /// its latency is the whole answer's, and each input answered counts.
+    pub fn is_pooled(self) -> bool {
+        matches!(self, Self::Embeddings | Self::Rerank)
     }
 
     /// Whether prompts go as chat messages (a conversation's turns as they are), not text.
@@ -89,6 +105,8 @@ mod tests {
         assert_eq!(Protocol::from_url("http://h/completion"), Some(Protocol::Llamacpp));
         assert_eq!(Protocol::from_url("http://h/generate_stream"), Some(Protocol::Tgi));
         assert_eq!(Protocol::from_url("http://h/v2/models/ensemble/generate_stream"), Some(Protocol::Triton));
+        assert_eq!(Protocol::from_url("http://h/v1/embeddings"), Some(Protocol::Embeddings));
+        assert_eq!(Protocol::from_url("http://h/rerank"), Some(Protocol::Rerank));
         assert_eq!(Protocol::from_url("http://h/other"), None);
     }
 }

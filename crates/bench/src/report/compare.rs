@@ -76,6 +76,7 @@ const METRICS: &[Metric] = &[
         get: |r| r.structured_outputs.and_then(|s| s.valid_pct_of_finished),
     },
     Metric { name: "valid outputs/s", better: Better::Higher, digits: 3, get: |r| r.valid_outputs_per_s() },
+    Metric { name: "inputs/s (embeddings, rerank)", better: Better::Higher, digits: 1, get: |r| r.inputs_per_s() },
     Metric {
         name: "outputs cut by max_tokens",
         better: Better::Lower,

@@ -149,6 +149,10 @@ fn level_section(body: &mut String, r: &BenchResult, is_knee: bool) {
     card(body, "SLO attainment", &format!("{:.1} %", r.slo_attainment_pct), r.slo_attainment_pct < 90.0);
     card(body, "throughput req/s", &format!("{:.3}", r.throughput_rps), false);
     card(body, "output tok/s", &num(r.output_tokens_per_s, 1), false);
+    if r.protocol.is_pooled() {
+        card(body, "inputs/s", &num(r.inputs_per_s(), 1), false);
+        card(body, "prompt tok/s", &num(r.prompt_tokens_per_s, 1), false);
+    }
     card(body, "prefix-cache hit", &num(r.tokens.prefix_cache_hit_pct, 1).replace("n/a", "not reported"), false);
     if let Some(s) = &r.structured_outputs {
         let valid = format!("{} of {} ({} %)", s.valid, s.finished, num(s.valid_pct_of_finished, 1));

@@ -39,6 +39,10 @@ pub fn summary(levels: &[BenchResult]) -> String {
             r.output_tokens_per_s.map_or("n/a".into(), |t| format!("{t:.1}")),
             r.prompt_tokens_per_s.map_or("n/a".into(), |t| format!("{t:.1}"))
         );
+        if let Some(inputs) = r.inputs_per_s() {
+            let _ =
+                writeln!(out, "  inputs {inputs:.1} /s (embedded or scored; latency below is E2E, the whole answer)");
+        }
         let _ = writeln!(
             out,
             "  goodput {:.3} req/s (SLO attainment {:.1} %)  ttft_goodput {:.3} req/s",

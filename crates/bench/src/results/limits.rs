@@ -24,6 +24,23 @@ pub(crate) struct LimitFacts<'a> {
     pub(crate) resent: usize,
 }
 
+/// What a token stream's figures are and are not.
+fn stream_notes(f: &LimitFacts, notes: &mut Vec<String>) {
+    notes.push("SSE events are not necessarily model tokens: event_gaps_ms are gaps between content events.".into());
+    if !f.have_tokens {
+        notes.push(
+            "The server reported no token usage: TPOT and output tokens/s are not given (--tokenizer counts them)."
+                .into(),
+        );
+    } else if f.no_itl {
+        notes.push(
+            "Tokens per event are unknown, so token-level ITL is not given; see TPOT and event gaps (vLLM, SGLang \
+             and rillm count them with --extra-body '{\"stream_options\": {\"continuous_usage_stats\": true}}')."
+                .into(),
+        );
+    }
+}
+
 pub(crate) fn text(f: &LimitFacts) -> String {
     let slos = f.slos;
     let mut notes = vec![format!(
@@ -41,18 +58,14 @@ pub(crate) fn text(f: &LimitFacts) -> String {
             c.scale, c.idle_ttft_ms, c.idle_ttft_per_prompt_token_ms, c.idle_tpot_ms, c.requests
         ));
     }
-    notes.push("SSE events are not necessarily model tokens: event_gaps_ms are gaps between content events.".into());
-    if !f.have_tokens {
+    if f.protocol.is_pooled() {
         notes.push(
-            "The server reported no token usage: TPOT and output tokens/s are not given (--tokenizer counts them)."
+            "Embeddings and rerank answer in one JSON body: TTFT and E2E are both the whole answer's latency; \
+             inputs/s counts the vectors (scores) of completed requests, content_events per request."
                 .into(),
         );
-    } else if f.no_itl {
-        notes.push(
-            "Tokens per event are unknown, so token-level ITL is not given; see TPOT and event gaps (vLLM, SGLang \
-             and rillm count them with --extra-body '{\"stream_options\": {\"continuous_usage_stats\": true}}')."
-                .into(),
-        );
+    } else {
+        stream_notes(f, &mut notes);
     }
     if f.have_tokens && f.without_tokens > 0 {
         notes.push(format!(

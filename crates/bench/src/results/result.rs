@@ -332,6 +332,14 @@ impl BenchResult {
         let s = self.structured_outputs?;
         (self.duration_s > 0.0).then(|| s.valid as f64 / self.duration_s)
     }
+
+    /// Embeddings and rerank: inputs (documents) answered a second over the level, every
+    /// completed request's. Derived from the requests' answered counts.
+    pub fn inputs_per_s(&self) -> Option<f64> {
+        let inputs: usize =
+            self.requests.iter().filter(|r| r.status == Status::Completed).filter_map(|r| r.content_events).sum();
+        (self.protocol.is_pooled() && self.duration_s > 0.0).then(|| inputs as f64 / self.duration_s)
+    }
 }
 
 pub struct RunFacts {

@@ -218,6 +218,9 @@ async fn exchange(target: &Target<'_>, body: &Value, sent: Instant, record: &mut
         return;
     }
 
+    if target.protocol.is_pooled() {
+        return read_pooled(response, body, sent, record).await;
+    }
     let mut events = response.bytes_stream().eventsource();
     let mut decoder = StreamDecoder::new(target.protocol);
     let mut last_content: Option<Instant> = None;
@@ -273,6 +276,35 @@ async fn exchange(target: &Target<'_>, body: &Value, sent: Instant, record: &mut
     if !(end || finished) && target.protocol.has_end_marker() {
         // A cut-off stream looks like a short answer; only the end marker tells them apart.
         record.error = Some("truncated: the stream closed without its end marker".into());
+        return;
+    }
+    record.status = Status::Completed;
+}
+
+/// An embeddings or rerank answer: one JSON body, timed whole. It completes only when it
+/// holds a vector (a score) for every input sent; `content_events` counts them.
+async fn read_pooled(response: reqwest::Response, body: &Value, sent: Instant, record: &mut RequestRecord) {
+    let answer = match response.bytes().await {
+        Ok(bytes) => serde_json::from_slice::<Value>(&bytes),
+        Err(e) => {
+            record.error = Some(format!("answer broke: {}", error_chain(&e)));
+            return;
+        }
+    };
+    record.ttft_ms = Some(ms(sent.elapsed()));
+    let Ok(answer) = answer else {
+        record.error = Some("the answer is not JSON".into());
+        return;
+    };
+    let sent_inputs = body.get("input").or_else(|| body.get("documents")).and_then(Value::as_array).map_or(1, Vec::len);
+    let answered = answer["data"].as_array().or_else(|| answer["results"].as_array()).map_or(0, |items| {
+        items.iter().filter(|i| i.get("embedding").is_some() || i.get("relevance_score").is_some()).count()
+    });
+    record.prompt_tokens = answer["usage"]["prompt_tokens"].as_u64().and_then(|t| u32::try_from(t).ok());
+    record.completion_tokens = Some(0);
+    record.content_events = answered;
+    if answered != sent_inputs {
+        record.error = Some(format!("the answer holds {answered} results for {sent_inputs} inputs"));
         return;
     }
     record.status = Status::Completed;

@@ -37,7 +37,20 @@ pub fn request_body(protocol: Protocol, spec: &RequestSpec, opts: &BodyOptions) 
         Protocol::Llamacpp => {
             json!({"prompt": spec.prompt.as_text(), "n_predict": n, "stream": true, "cache_prompt": true})
         }
+        Protocol::Embeddings => json!({"input": pooled_inputs(&spec.prompt.as_text(), opts.batch_size)}),
+        Protocol::Rerank => {
+            json!({"query": RERANK_QUERY, "documents": pooled_inputs(&spec.prompt.as_text(), opts.batch_size), "return_documents": false})
+        }
     };
+    if protocol.is_pooled() {
+        if let Some(model) = &opts.model {
+            body["model"] = json!(model);
+        }
+        if let Some(extra) = &opts.extra {
+            merge(&mut body, extra);
+        }
+        return body;
+    }
     if let (Some(model), Protocol::Completions | Protocol::Chat | Protocol::Responses) = (&opts.model, protocol) {
         body["model"] = json!(model);
     }
@@ -81,6 +94,15 @@ pub fn request_body(protocol: Protocol, spec: &RequestSpec, opts: &BodyOptions) 
 /// OpenAI protocols get OpenAI's `response_format` for JSON and vLLM's `structured_outputs`
 /// for regex and choice (rillm reads both, on `/generate` too); llama.cpp's native endpoint
 /// its `json_schema`; TGI its `grammar`; the Responses API its `text.format`.
+/// The query every rerank request scores its documents against.
+const RERANK_QUERY: &str = "Which passage answers the question best?";
+
+/// `batch` inputs made from one prompt: the prompt, then copies told apart by a number in
+/// front (distinct texts, about the prompt's length).
+fn pooled_inputs(text: &str, batch: u32) -> Vec<String> {
+    (0..batch.max(1)).map(|i| if i == 0 { text.to_string() } else { format!("{i}. {text}") }).collect()
+}
+
 pub fn constraint_fields(c: &OutputConstraint, protocol: Protocol) -> Result<Value, String> {
     Ok(match (protocol, c.format()) {
         (Protocol::Chat | Protocol::Completions | Protocol::Generate, format) => match format {
@@ -134,6 +156,7 @@ mod tests {
             temperature: Some(0.0),
             extra: Some(json!({"sampling_params": {"top_k": 5}, "x": 1})),
             tools: None,
+            batch_size: 1,
         };
         let sg = request_body(Protocol::Sglang, &spec, &opts);
         assert_eq!(
@@ -165,5 +188,23 @@ mod tests {
             json!({"input": [{"role": "user", "content": "hi"}], "max_output_tokens": 7, "stream": true, "model": "m",
                 "ignore_eos": true, "temperature": 0.0})
         );
+    }
+}
+
+#[cfg(test)]
+mod pooled_tests {
+    use super::*;
+    use crate::workload::spec::PromptSpec;
+
+    #[test]
+    fn embeddings_and_rerank_bodies_carry_the_batch() {
+        let spec = RequestSpec::new(PromptSpec::Text("a passage".into()), 16);
+        let opts = BodyOptions { model: Some("m".into()), batch_size: 3, ..BodyOptions::default() };
+        let embed = request_body(Protocol::Embeddings, &spec, &opts);
+        assert_eq!(embed, json!({"input": ["a passage", "1. a passage", "2. a passage"], "model": "m"}));
+        let rerank = request_body(Protocol::Rerank, &spec, &BodyOptions { batch_size: 2, ..BodyOptions::default() });
+        assert_eq!(rerank["documents"], json!(["a passage", "1. a passage"]));
+        assert_eq!(rerank["query"], RERANK_QUERY);
+        assert!(rerank.get("max_tokens").is_none() && rerank.get("stream").is_none());
     }
 }

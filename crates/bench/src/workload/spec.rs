@@ -66,4 +66,6 @@ pub struct BodyOptions {
     pub extra: Option<Value>,
     /// Tool workloads: the tools every chat request offers (`--tools`).
     pub tools: Option<Arc<ToolSet>>,
+    /// Embeddings and rerank: inputs per request (`--batch-size`; 0 is read as 1).
+    pub batch_size: u32,
 }
