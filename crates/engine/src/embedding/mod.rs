@@ -50,15 +50,18 @@ struct Inner {
 
 impl Embedder {
     /// Starts the engine thread on a loaded model. Batches hold up to `max_running` inputs
-    /// and the larger of the context and `prefill_chunk` tokens.
+    /// of `prefill_chunk` tokens together, or one input up to the context alone.
     pub(crate) fn start(
         model: Arc<LlamaModelHandle>,
         config: &EngineConfig,
         pooling: Pooling,
     ) -> Result<Self, EngineError> {
         let context = config.ctx_per_sequence.min(model.model.n_ctx_train().max(16));
-        let limits =
-            BatchLimits { max_inputs: config.max_running, max_tokens: (context as usize).max(config.prefill_chunk) };
+        let limits = BatchLimits {
+            max_inputs: config.max_running,
+            target_tokens: config.prefill_chunk,
+            max_tokens: (context as usize).max(config.prefill_chunk),
+        };
         let width = match pooling {
             Pooling::Rank => model.model.n_cls_out() as usize,
             _ => model.model.n_embd_out().max(model.model.n_embd()) as usize,
@@ -97,6 +100,7 @@ impl Embedder {
             width,
             context,
             max_inputs = limits.max_inputs,
+            batch_tokens = limits.target_tokens,
             max_batch_tokens = limits.max_tokens,
             "embedding engine ready"
         );

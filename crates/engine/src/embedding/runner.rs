@@ -25,6 +25,11 @@ pub(crate) trait PoolRunner {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct BatchLimits {
     pub max_inputs: usize,
+    /// Tokens inputs are packed up to; one input alone may go over, up to `max_tokens`.
+    /// An encoder's attention spans its whole batch (masked per input), so its cost per
+    /// token grows with the batch: short batches are the cheaper ones on a CPU.
+    pub target_tokens: usize,
+    /// The context's size: the longest input, alone.
     pub max_tokens: usize,
 }
 

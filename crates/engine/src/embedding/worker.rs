@@ -52,7 +52,7 @@ fn run_one_batch(
     stats: &EngineStats,
     limits: BatchLimits,
 ) {
-    let packed = active.pack(limits.max_inputs, limits.max_tokens);
+    let packed = active.pack(limits.max_inputs, limits.target_tokens);
     if packed.is_empty() {
         return;
     }
@@ -127,7 +127,7 @@ mod tests {
         let b = submit(&queue, vec![vec![5; 4]]);
         let c = submit(&queue, vec![vec![6; 1]]);
         let mut runner = Recording { queue, inputs: 5, batches: Vec::new(), fail_on_token: None };
-        let stats = run(&mut runner, BatchLimits { max_inputs: 4, max_tokens: 100 });
+        let stats = run(&mut runner, BatchLimits { max_inputs: 4, target_tokens: 100, max_tokens: 100 });
         assert_eq!(a.blocking_wait().expect("a").vectors, vec![vec![2.0, 7.0], vec![3.0, 8.0], vec![1.0, 9.0]]);
         assert_eq!(b.blocking_wait().expect("b").vectors, vec![vec![4.0, 5.0]]);
         assert_eq!(c.blocking_wait().expect("c").prompt_tokens, 1);
@@ -142,7 +142,7 @@ mod tests {
         let bad = submit(&queue, vec![vec![13; 2]]);
         let good = submit(&queue, vec![vec![1; 2]]);
         let mut runner = Recording { queue, inputs: 2, batches: Vec::new(), fail_on_token: Some(13) };
-        run(&mut runner, BatchLimits { max_inputs: 1, max_tokens: 100 });
+        run(&mut runner, BatchLimits { max_inputs: 1, target_tokens: 100, max_tokens: 100 });
         assert_eq!(bad.blocking_wait(), Err(EmbedFailed("decode failed".into())));
         assert_eq!(good.blocking_wait().expect("good").vectors, vec![vec![2.0, 1.0]]);
     }
@@ -153,7 +153,7 @@ mod tests {
         // Two inputs of 3 tokens; batches of 3 tokens run one input each.
         let cut = submit(&queue, vec![vec![1; 3], vec![2; 3]]);
         let mut runner = Recording { queue, inputs: 1, batches: Vec::new(), fail_on_token: None };
-        run(&mut runner, BatchLimits { max_inputs: 4, max_tokens: 3 });
+        run(&mut runner, BatchLimits { max_inputs: 4, target_tokens: 3, max_tokens: 3 });
         assert_eq!(runner.batches, vec![1]);
         assert!(cut.blocking_wait().is_err_and(|e| e.0.contains("shutting down")));
     }
