@@ -30,7 +30,9 @@ pub struct ServeArgs {
     /// Bound on the wait for a first token, in milliseconds: a request predicted to wait 1.5
     /// times longer is refused at once (429, Retry-After from the prediction); one whose wait
     /// runs out in the queue is refused when it reaches the head, its response held until
-    /// then (still a 429, no stream). Off by default: requests queue up to --max-waiting.
+    /// then (still a 429, no stream). An embedding model bounds the wait before a request's
+    /// first batch, from the tokens queued ahead. Off by default: requests queue up to
+    /// --max-waiting.
     #[arg(long)]
     max_queue_ms: Option<u64>,
     /// Require `Authorization: Bearer KEY` on generation endpoints.

@@ -202,3 +202,53 @@ async fn a_decoder_serves_its_last_token_embeddings_with_pooling_last() {
     let chat = server.post("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "hi"}]})).await;
     assert_eq!(chat.status(), 400);
 }
+
+async fn post_many(server: &TestServer, body: Value, n: usize) -> Vec<reqwest::Response> {
+    let requests = (0..n).map(|_| {
+        let request = server.client.post(server.url("/v1/embeddings")).json(&body).timeout(Duration::from_secs(120));
+        async move { request.send().await.unwrap() }
+    });
+    futures::future::join_all(requests).await
+}
+
+/// Full (one running, one waiting), a request is refused at once with a 429, Retry-After
+/// and an OpenAI error body, before any answer; the admitted ones are answered whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_server_refuses_with_429_before_answering() {
+    let server = TestServer::start_embedding(Options { max_running: 1, max_waiting: 1, ..options() }).await;
+    let long = "word ".repeat(300);
+    let body = json!({"input": vec![long.as_str(); 16]});
+    let (mut answered, mut refused) = (0, 0);
+    for response in post_many(&server, body, 8).await {
+        match response.status().as_u16() {
+            200 => {
+                let answer: Value = response.json().await.unwrap();
+                assert_eq!(answer["data"].as_array().unwrap().len(), 16);
+                answered += 1;
+            }
+            429 => {
+                assert!(response.headers().get("retry-after").is_some());
+                let error: Value = response.json().await.unwrap();
+                assert_eq!(error["error"]["type"], "rate_limit_error");
+                refused += 1;
+            }
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert!(answered >= 2 && refused >= 1, "{answered} answered, {refused} refused");
+    assert_eq!(answered + refused, 8);
+}
+
+/// With `--max-queue-ms`, a request predicted (from the work queued ahead and the measured
+/// rate) to wait well past the bound is refused at once; the first ones are answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_queue_ms_refuses_what_would_wait_too_long() {
+    let server = TestServer::start_embedding(Options { max_queue_ms: Some(200), ..options() }).await;
+    embed(&server, json!({"input": vec!["a warm-up measures the rate"; 8]})).await;
+    let long = "word ".repeat(300);
+    let body = json!({"input": vec![long.as_str(); 32]});
+    let statuses: Vec<u16> = post_many(&server, body, 8).await.iter().map(|r| r.status().as_u16()).collect();
+    let refused = statuses.iter().filter(|&&s| s == 429).count();
+    assert!(statuses.contains(&200) && refused >= 4, "{statuses:?}");
+    assert!(statuses.iter().all(|&s| s == 200 || s == 429), "{statuses:?}");
+}

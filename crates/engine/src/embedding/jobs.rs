@@ -29,6 +29,11 @@ impl EmbedJob {
         &self.inputs[self.vectors.len()..]
     }
 
+    /// Tokens not computed yet (the wait forecast's work ahead).
+    pub(crate) fn pending_tokens(&self) -> usize {
+        self.pending().iter().map(Vec::len).sum()
+    }
+
     /// Its caller dropped the response: nothing more is computed for it.
     fn is_cancelled(&self) -> bool {
         self.reply.is_closed()
@@ -72,6 +77,11 @@ impl ActiveJobs {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.jobs.is_empty()
+    }
+
+    /// Tokens not computed yet, over every job.
+    pub(crate) fn pending_tokens(&self) -> usize {
+        self.jobs.iter().map(EmbedJob::pending_tokens).sum()
     }
 
     /// Inputs not computed yet, over every job.

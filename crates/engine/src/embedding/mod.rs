@@ -7,6 +7,7 @@
 //! as fit into one decode (`jobs`), runs it (`runner`) and hands each request its vectors
 //! once all of its inputs are computed (`worker`).
 
+mod forecast;
 mod jobs;
 pub(crate) mod pooling;
 mod runner;
@@ -26,6 +27,7 @@ use crate::runtime::llama::LlamaModelHandle;
 use crate::runtime::Tokenizer;
 use crate::stats::EngineStats;
 use crate::supervise::run_supervised_with;
+use forecast::{EmbedForecast, ADMISSION_SLACK};
 use jobs::EmbedJob;
 pub use pooling::Pooling;
 use runner::{BatchLimits, LlamaPoolRunner};
@@ -44,6 +46,9 @@ struct Inner {
     pooling: Pooling,
     /// Most tokens in one input.
     context: u32,
+    /// `--max-queue-ms`, and the forecast it is checked against.
+    queue_limit_ms: Option<u64>,
+    forecast: Arc<EmbedForecast>,
     width: usize,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -68,10 +73,12 @@ impl Embedder {
         };
         let queue = Arc::new(WaitQueue::new(config.max_waiting, config.max_running));
         let stats = Arc::new(EngineStats::new(0));
+        let forecast = Arc::new(EmbedForecast::default());
         let (ready_tx, ready_rx) = mpsc::sync_channel(1);
         let thread = {
             let (model, queue, stats, threads) =
                 (Arc::clone(&model), Arc::clone(&queue), Arc::clone(&stats), config.threads);
+            let forecast = Arc::clone(&forecast);
             std::thread::Builder::new()
                 .name("rillm-embedder".into())
                 .spawn(move || {
@@ -84,7 +91,7 @@ impl Embedder {
                     };
                     let _ = ready_tx.send(Ok(()));
                     run_supervised_with(
-                        || worker::run_embedding_loop(&mut runner, &queue, &stats, limits),
+                        || worker::run_embedding_loop(&mut runner, &queue, &stats, &forecast, limits),
                         &queue,
                         &stats,
                         EmbedJob::fail,
@@ -104,7 +111,9 @@ impl Embedder {
             max_batch_tokens = limits.max_tokens,
             "embedding engine ready"
         );
-        let inner = Inner { model, queue, stats, pooling, context, width, thread: Mutex::new(Some(thread)) };
+        let queue_limit_ms = config.max_queue_ms;
+        let thread = Mutex::new(Some(thread));
+        let inner = Inner { model, queue, stats, pooling, context, queue_limit_ms, forecast, width, thread };
         Ok(Self { inner: Arc::new(inner) })
     }
 
@@ -123,6 +132,7 @@ impl Embedder {
             .enumerate()
             .map(|(index, input)| self.input_tokens(index, input, request.truncate_prompt_tokens))
             .collect::<Result<Vec<_>, _>>()?;
+        self.check_wait()?;
         let (reply, response) = EmbedResponse::channel();
         match inner.queue.push(EmbedJob::new(inputs, reply)) {
             Ok(()) => {
@@ -131,6 +141,20 @@ impl Embedder {
             }
             Err(PushError::Full(_)) => Err(Rejected::QueueFull { capacity: inner.queue.capacity() }),
             Err(PushError::Closed(_)) => Err(self.closed_reason()),
+        }
+    }
+
+    /// `--max-queue-ms`: refuses a request predicted to wait well past the bound, before
+    /// its first batch, for the work ahead of it at the measured rate.
+    fn check_wait(&self) -> Result<(), Rejected> {
+        let inner = &self.inner;
+        let Some(limit_ms) = inner.queue_limit_ms else { return Ok(()) };
+        let waiting: usize = inner.queue.map_waiting(EmbedJob::pending_tokens).iter().sum();
+        match inner.forecast.predicted_ms(waiting) {
+            Some(predicted) if predicted > limit_ms as f64 * ADMISSION_SLACK => {
+                Err(Rejected::WouldWaitTooLong { predicted_ms: predicted as u64, limit_ms })
+            }
+            _ => Ok(()),
         }
     }
 

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::embedding::forecast::EmbedForecast;
 use crate::embedding::jobs::{ActiveJobs, EmbedJob};
 use crate::embedding::runner::{BatchLimits, PoolRunner};
 use crate::queue::WaitQueue;
@@ -17,6 +18,7 @@ pub(crate) fn run_embedding_loop(
     runner: &mut impl PoolRunner,
     queue: &WaitQueue<EmbedJob>,
     stats: &EngineStats,
+    forecast: &EmbedForecast,
     limits: BatchLimits,
 ) {
     let mut active = ActiveJobs::default();
@@ -39,7 +41,8 @@ pub(crate) fn run_embedding_loop(
             queue.finish_one();
             stats.record_finished(0, 0, true);
         }
-        run_one_batch(runner, &mut active, queue, stats, limits);
+        run_one_batch(runner, &mut active, queue, stats, forecast, limits);
+        forecast.set_active_tokens(active.pending_tokens());
         stats.set_occupancy(active.len(), queue.len(), 0, 0);
         stats.mark_progress(!active.is_empty());
     }
@@ -50,13 +53,18 @@ fn run_one_batch(
     active: &mut ActiveJobs,
     queue: &WaitQueue<EmbedJob>,
     stats: &EngineStats,
+    forecast: &EmbedForecast,
     limits: BatchLimits,
 ) {
     let packed = active.pack(limits.max_inputs, limits.target_tokens);
     if packed.is_empty() {
         return;
     }
-    let pooled = runner.pool(&active.inputs(&packed));
+    let inputs = active.inputs(&packed);
+    let tokens = inputs.iter().map(|i| i.len()).sum();
+    let started = std::time::Instant::now();
+    let pooled = runner.pool(&inputs);
+    forecast.record_batch(tokens, started.elapsed().as_secs_f64() * 1e3);
     stats.record_step();
     let answered = match pooled {
         Ok(vectors) if vectors.len() == packed.len() => {
@@ -116,7 +124,7 @@ mod tests {
     fn run(runner: &mut Recording, limits: BatchLimits) -> EngineStats {
         let stats = EngineStats::new(0);
         let queue = Arc::clone(&runner.queue);
-        run_embedding_loop(runner, &queue, &stats, limits);
+        run_embedding_loop(runner, &queue, &stats, &EmbedForecast::default(), limits);
         stats
     }
 
