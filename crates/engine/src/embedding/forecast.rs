@@ -43,7 +43,7 @@ impl EmbedForecast {
     pub(crate) fn predicted_ms(&self, waiting: usize) -> Option<f64> {
         let per_token = f64::from_bits(self.ms_per_token_bits.load(Relaxed));
         let ahead = self.active_tokens.load(Relaxed) as usize + waiting;
-        (per_token > 0.0).then(|| ahead as f64 * per_token)
+        (per_token > 0.0).then_some(ahead as f64 * per_token)
     }
 }
 
