@@ -4,6 +4,7 @@ mod bench;
 mod embedding_args;
 mod generate;
 mod model_args;
+mod models_args;
 mod open_files;
 mod serve;
 

@@ -1,6 +1,6 @@
 //! Engine options shared by `serve` and `generate`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use rillm_engine::EngineConfig;
 
@@ -9,8 +9,10 @@ pub struct ModelArgs {
     /// GGUF model file (llama, qwen2, gemma3, bert, ...), or a known model's name
     /// (`all-minilm-l6-v2`). Default: SmolLM2-135M-Instruct Q4_1. Known models are fetched
     /// into $RILLM_HOME (default ~/.cache/rillm) on first use.
-    #[arg(long)]
-    pub model: Option<PathBuf>,
+    /// `rillm serve` takes several (repeat `--model`, or `--model NAME=PATH` each) and
+    /// routes requests by their `model`.
+    #[arg(long, value_name = "PATH | NAME=PATH")]
+    pub model: Vec<String>,
     /// llama.cpp compute threads. Default: all cores.
     #[arg(long)]
     pub threads: Option<usize>,
@@ -92,15 +94,21 @@ pub fn engine_defaults() -> EngineConfig {
 impl ModelArgs {
     /// The engine configuration, fetching the default model first when none was given.
     pub fn engine_config(&self, max_running: usize, max_waiting: usize) -> anyhow::Result<EngineConfig> {
-        let path = match &self.model {
-            // A known model's name (`all-minilm-l6-v2`) where no such file exists.
-            Some(path) if !path.exists() && path.to_str().is_some_and(|n| rillm_models::KNOWN_MODELS.contains(&n)) => {
-                let name = path.to_str().unwrap_or_default();
-                rillm_models::ensure_known_model(name, |m| eprintln!("rillm: {m}"))?
-            }
-            Some(path) => path.clone(),
-            None => rillm_models::ensure_default_model(|m| eprintln!("rillm: {m}"))?,
+        let path = match self.model.as_slice() {
+            [] => rillm_models::ensure_default_model(|m| eprintln!("rillm: {m}"))?,
+            [one] if !one.contains('=') => resolve_model(Path::new(one))?,
+            _ => anyhow::bail!("several models (--model NAME=PATH, or --model more than once) are for `rillm serve`"),
         };
+        self.engine_config_for(path, max_running, max_waiting)
+    }
+
+    /// The engine configuration for the model at `path`.
+    pub fn engine_config_for(
+        &self,
+        path: PathBuf,
+        max_running: usize,
+        max_waiting: usize,
+    ) -> anyhow::Result<EngineConfig> {
         let mut config = EngineConfig::new(path);
         if let Some(threads) = self.threads {
             config.threads = threads;
@@ -133,5 +141,16 @@ impl ModelArgs {
             config.chat_template = Some(source);
         }
         Ok(config)
+    }
+}
+
+/// A model's file: `path`, or a known model's (`all-minilm-l6-v2`), fetched on first use,
+/// where no such file exists.
+pub fn resolve_model(path: &Path) -> anyhow::Result<PathBuf> {
+    match path.to_str() {
+        Some(name) if !path.exists() && rillm_models::KNOWN_MODELS.contains(&name) => {
+            Ok(rillm_models::ensure_known_model(name, |m| eprintln!("rillm: {m}"))?)
+        }
+        _ => Ok(path.to_path_buf()),
     }
 }

@@ -1,12 +1,14 @@
 //! `rillm serve`: the engine behind HTTP.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rillm_server::{ConnectionLimits, OutputOptions, SchemaReading, ServerConfig, ToolCallFormat};
 
 use crate::embedding_args::EmbeddingArgs;
 use crate::model_args::{engine_defaults, ModelArgs};
+use crate::models_args::{EngineLoader, ModelsArgs};
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
@@ -14,6 +16,8 @@ pub struct ServeArgs {
     model: ModelArgs,
     #[command(flatten)]
     embedding: EmbeddingArgs,
+    #[command(flatten)]
+    models: ModelsArgs,
     /// Address to bind. Loopback by default: exposing a model server is a decision (the
     /// container image makes it with RILLM_HOST=0.0.0.0).
     #[arg(long, env = "RILLM_HOST", default_value = "127.0.0.1")]
@@ -117,7 +121,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         );
     }
     let max_connections = connection_cap(args.max_connections);
-    let mut engine_config = args.model.engine_config(args.max_running, args.max_waiting)?;
+    let several = args.models.several(&args.model.model);
+    let mut engine_config = if several {
+        // Each model's own path is set when it loads.
+        args.model.engine_config_for(std::path::PathBuf::new(), args.max_running, args.max_waiting)?
+    } else {
+        args.model.engine_config(args.max_running, args.max_waiting)?
+    };
     engine_config.max_queue_ms = args.max_queue_ms;
     let server_config = ServerConfig {
         api_key: args.api_key,
@@ -155,8 +165,18 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         println!("rillm: listening on http://{local}");
         tracing::info!(%local, threads = engine_config.threads, max_running = engine_config.max_running, "listening; loading model");
         let pooling = args.embedding.pooling();
-        let load = move || rillm_engine::start_backend(engine_config, pooling);
-        rillm_server::run(listener, server_config, load, shutdown).await?;
+        if several {
+            let models = args.models.models(&args.model.model)?;
+            let preload = models.first().map(|(spec, _)| spec.name.clone());
+            let paths = models.iter().map(|(spec, path)| (spec.name.clone(), path.clone())).collect();
+            let loader = Arc::new(EngineLoader { base: engine_config, paths, pooling });
+            let specs = models.into_iter().map(|(spec, _)| spec).collect();
+            let registry = Arc::new(rillm_server::ModelRegistry::new(specs, loader, args.models.limits()));
+            rillm_server::run_models(listener, server_config, registry, preload, shutdown).await?;
+        } else {
+            let load = move || rillm_engine::start_backend(engine_config, pooling);
+            rillm_server::run(listener, server_config, load, shutdown).await?;
+        }
         tracing::info!("stopped");
         Ok(())
     });

@@ -108,7 +108,8 @@ pub async fn admit(
     if let Some(prompt) = log_prompt {
         tracing::info!(id = stream.id(), endpoint, prompt = %prompt, "prompt");
     }
-    let observer = RequestObserver::new(stream.id(), endpoint, &state.model_name(), received, state.in_flight.clone());
+    let observer = RequestObserver::new(stream.id(), endpoint, &state.model_name(), received, state.in_flight.clone())
+        .holding(state.bound());
     let keep_alive = state.config.sse_keep_alive;
     Ok(Admitted { stream, choices, observer, keep_alive, repeat_watch: None, late_restarts })
 }

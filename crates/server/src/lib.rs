@@ -14,6 +14,7 @@ mod json;
 mod late_restart;
 mod logprobs;
 pub mod metrics;
+mod models;
 mod observe;
 mod openai;
 mod pooled;
@@ -42,6 +43,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 
 pub use connections::ConnectionLimits;
 pub use error::ApiError;
+pub use models::{ModelLimits, ModelLoader, ModelRegistry, ModelSpec, ModelState, ModelStatus};
 pub use pooled::EmbeddingOptions;
 pub use rillm_backend::{Backend, Health, ToolCallFormat};
 pub use schema_reading::SchemaReading;
@@ -132,6 +134,8 @@ pub fn router(state: AppState) -> Router {
         .route("/score", post(routes::rerank::score))
         .route("/v1/score", post(routes::rerank::score))
         .route("/v1/models", get(routes::info::models))
+        .route("/models/load", post(routes::info::load_model))
+        .route("/models/unload", post(routes::info::unload_model))
         .route("/tokenize", post(routes::tokenize::tokenize))
         .route("/detokenize", post(routes::tokenize::detokenize))
         .route("/tokenizer_info", get(routes::tokenize::tokenizer_info));
@@ -217,6 +221,51 @@ where
         None => Ok(()),
         Some(reason) => Err(ServeError::EngineFailed(reason)),
     }
+}
+
+/// Serves several models on `listener` (requests route by `model`; each is loaded when
+/// first asked for, `preload` at once), until `shutdown` resolves; then drains and returns.
+/// A model whose engine fails is reported by `/v1/models`; the server goes on with the others.
+pub async fn run_models(
+    listener: TcpListener,
+    config: ServerConfig,
+    models: Arc<ModelRegistry>,
+    preload: Option<String>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let limits = config.connections.clone();
+    let state = AppState::new(config);
+    state.set_models(Arc::clone(&models));
+    let (stop_http, http_stopped) = tokio::sync::watch::channel(false);
+    let grace = Duration::from_secs(2);
+    let server = tokio::spawn(connections::serve(listener, router(state.clone()), limits, http_stopped, grace));
+    let upkeep = tokio::spawn(metrics::upkeep_forever());
+    if let Some(name) = preload {
+        let models = Arc::clone(&models);
+        tokio::spawn(async move {
+            if let Err(e) = models.load(&name).await {
+                tracing::error!(model = %name, reason = %e.message, "preloading failed");
+            }
+        });
+    }
+    tracing::info!(models = ?models.names(), "ready");
+    let idle = tokio::spawn({
+        let models = Arc::clone(&models);
+        async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                models.unload_idle();
+            }
+        }
+    });
+    shutdown.await;
+    idle.abort();
+    shutdown::drain(&state).await;
+    let _ = stop_http.send(true);
+    let _ = server.await;
+    upkeep.abort();
+    Ok(())
 }
 
 /// How often the server checks that the engine is still alive.

@@ -70,6 +70,10 @@ pub const STRUCTURED_RESAMPLES: &str = "rillm_structured_resamples_total";
 pub const POOLED_REQUESTS: &str = "rillm_embedding_requests_total";
 pub const POOLED_INPUTS: &str = "rillm_embedding_inputs_total";
 pub const POOLED_SECONDS: &str = "rillm_embedding_request_seconds";
+/// Several models: loads (label `outcome`: loaded, failed), their seconds, and unloads.
+pub const MODEL_LOADS: &str = "rillm_model_loads_total";
+pub const MODEL_LOAD_SECONDS: &str = "rillm_model_load_seconds";
+pub const MODEL_UNLOADS: &str = "rillm_model_unloads_total";
 /// Speculative decoding, as vLLM names it: verified drafts, their tokens, those kept, and
 /// those kept by their place in the draft (label `position`).
 pub const SPEC_DRAFTS: &str = "vllm:spec_decode_num_drafts_total";
@@ -110,6 +114,8 @@ const COUNTERS: &[(&str, &str)] = &[
     (SPEC_ACCEPTED_PER_POS, "Accepted tokens per draft position."),
     (POOLED_REQUESTS, "Embedding and rerank requests answered (label task)."),
     (POOLED_INPUTS, "Inputs (or query-document pairs) of answered embedding and rerank requests."),
+    (MODEL_LOADS, "Model loads, by outcome (loaded, failed)."),
+    (MODEL_UNLOADS, "Models unloaded (asked, or to make room under --models-max)."),
     (SPEC_GUARD_CUTS, "Steps whose drafts were cut to keep every stream's time per token within the guard."),
 ];
 const GAUGES: &[(&str, &str)] = &[
@@ -137,12 +143,23 @@ const HISTOGRAMS: &[(&str, &str)] = &[
     (REQUEST_PROMPT_TOKENS, "Number of prefill tokens processed."),
     (REQUEST_GENERATION_TOKENS, "Number of generation tokens processed."),
     (POOLED_SECONDS, "Histogram of embedding and rerank request latency in seconds, arrival to answer."),
+    (MODEL_LOAD_SECONDS, "Histogram of model load time in seconds."),
 ];
 
 const LATENCY_BUCKETS: &[f64] =
     &[0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0];
-const LATENCY_HISTOGRAMS: &[&str] =
-    &[TTFT, ITL, E2E, QUEUE_TIME, PREFILL_TIME, DECODE_TIME, INFERENCE_TIME, REQUEST_TPOT, POOLED_SECONDS];
+const LATENCY_HISTOGRAMS: &[&str] = &[
+    TTFT,
+    ITL,
+    E2E,
+    QUEUE_TIME,
+    PREFILL_TIME,
+    DECODE_TIME,
+    INFERENCE_TIME,
+    REQUEST_TPOT,
+    POOLED_SECONDS,
+    MODEL_LOAD_SECONDS,
+];
 /// vLLM's 1-2-5 series for token counts (it stops at the model's length; these at 100k).
 const TOKEN_BUCKETS: &[f64] =
     &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5];
@@ -177,11 +194,11 @@ pub fn record_responses_store(bytes: usize, entries: usize) {
     gauge!(RESPONSES_KEPT).set(entries as f64);
 }
 
-/// Renders the exposition text, refreshing the engine gauges first.
-pub fn render(backend: Option<&dyn Backend>) -> String {
+/// Renders the exposition text, refreshing each served model's engine gauges first.
+pub fn render(models: &[(String, std::sync::Arc<dyn Backend>)]) -> String {
     let handle = handle();
-    if let Some(backend) = backend {
-        let model = backend.model_name().to_string();
+    for (model, backend) in models {
+        let model = model.clone();
         let stats = backend.stats();
         gauge!(RUNNING, "model_name" => model.clone()).set(stats.running as f64);
         gauge!(WAITING, "model_name" => model.clone()).set(stats.waiting as f64);
@@ -284,6 +301,17 @@ pub fn record_pooled(model: &str, task: &'static str, inputs: usize, prompt_toke
     counter!(POOLED_INPUTS, "model_name" => model.clone(), "task" => task).increment(inputs as u64);
     counter!(PROMPT_TOKENS, "model_name" => model.clone()).increment(prompt_tokens as u64);
     histogram!(POOLED_SECONDS, "model_name" => model, "task" => task).record(seconds);
+}
+
+/// A model's load ended after `seconds`.
+pub fn record_model_load(model: &str, loaded: bool, seconds: f64) {
+    let outcome = if loaded { "loaded" } else { "failed" };
+    counter!(MODEL_LOADS, "model_name" => model.to_string(), "outcome" => outcome).increment(1);
+    histogram!(MODEL_LOAD_SECONDS, "model_name" => model.to_string()).record(seconds);
+}
+
+pub fn record_model_unload(model: &str) {
+    counter!(MODEL_UNLOADS, "model_name" => model.to_string()).increment(1);
 }
 
 pub fn record_disconnect() {

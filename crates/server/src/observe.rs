@@ -19,6 +19,9 @@ pub struct RequestObserver {
     last_token: Option<Instant>,
     finished: bool,
     _in_flight: InFlight,
+    /// With several models: the request's model, kept loaded (and counted busy) until
+    /// the stream ends.
+    _model: Option<Arc<crate::models::BoundModel>>,
 }
 
 /// One request counted in flight while this lives (`connections` closes idle connections,
@@ -49,7 +52,14 @@ impl RequestObserver {
             last_token: None,
             finished: false,
             _in_flight: InFlight::hold(&in_flight),
+            _model: None,
         }
+    }
+
+    /// Keeps `model` bound until this request ends.
+    pub fn holding(mut self, model: Option<Arc<crate::models::BoundModel>>) -> Self {
+        self._model = model;
+        self
     }
 
     pub fn on_tokens(&mut self, tokens: usize) {

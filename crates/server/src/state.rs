@@ -1,9 +1,11 @@
-//! What every handler shares: the backend (once loaded), the lifecycle phase, settings.
+//! What every handler shares: the backend (once loaded) or the models (several), the
+//! lifecycle phase, settings; and, bound to one request, the model it named.
 
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::error::ApiError;
+use crate::models::{BoundModel, ModelRegistry};
 use crate::responses::ResponseStore;
 use crate::shape::ShapeRules;
 use crate::tools::ToolDialect;
@@ -18,11 +20,18 @@ pub enum Phase {
     Draining = 2,
 }
 
+/// The shared state, and the model a request is bound to once its route resolved `model`
+/// ([`AppState::for_model`]): several models' requests each see their own backend.
 #[derive(Clone)]
-pub struct AppState(Arc<Shared>);
+pub struct AppState {
+    shared: Arc<Shared>,
+    bound: Option<Arc<BoundModel>>,
+}
 
 pub struct Shared {
     backend: OnceLock<Arc<dyn Backend>>,
+    /// Several models (`--model NAME=PATH`, `--models-dir`): requests are routed by `model`.
+    models: OnceLock<Arc<ModelRegistry>>,
     phase: AtomicU8,
     /// Requests admitted and not yet finished or dropped (streaming or not).
     pub in_flight: Arc<AtomicUsize>,
@@ -34,42 +43,87 @@ pub struct Shared {
 impl std::ops::Deref for AppState {
     type Target = Shared;
     fn deref(&self) -> &Shared {
-        &self.0
+        &self.shared
     }
 }
 
 impl AppState {
     pub fn new(config: ServerConfig) -> Self {
-        Self(Arc::new(Shared {
+        let shared = Arc::new(Shared {
             backend: OnceLock::new(),
+            models: OnceLock::new(),
             phase: AtomicU8::new(Phase::Loading as u8),
             in_flight: Arc::new(AtomicUsize::new(0)),
             responses: Arc::new(ResponseStore::new(config.responses_store_bytes)),
             config,
-        }))
+        });
+        Self { shared, bound: None }
+    }
+
+    /// Serves several models, loaded as requests name them; ready at once.
+    pub fn set_models(&self, models: Arc<ModelRegistry>) {
+        let _ = self.shared.models.set(models);
+        let _ = self.shared.phase.compare_exchange(
+            Phase::Loading as u8,
+            Phase::Ready as u8,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+    }
+
+    pub fn models(&self) -> Option<&Arc<ModelRegistry>> {
+        self.shared.models.get()
+    }
+
+    /// This state bound to the model `requested` names: with several models it is loaded
+    /// first if need be (the request waits, bounded by `--load-timeout`) and stays up until
+    /// the request ends; with one, a name other than its own is a 404, as in vLLM.
+    pub async fn for_model(&self, requested: Option<&str>) -> Result<AppState, ApiError> {
+        let Some(models) = self.models() else {
+            self.check_model(requested)?;
+            return Ok(self.clone());
+        };
+        if self.phase() == Phase::Draining {
+            return Err(ApiError::unavailable("the server is shutting down"));
+        }
+        let bound = models.acquire(requested).await?;
+        Ok(Self { shared: Arc::clone(&self.shared), bound: Some(bound) })
+    }
+
+    /// The model this request is bound to (kept with its stream: `observe`).
+    pub fn bound(&self) -> Option<Arc<BoundModel>> {
+        self.bound.clone()
     }
 
     pub fn set_backend(&self, backend: Arc<dyn Backend>) {
-        let _ = self.0.backend.set(backend);
+        let _ = self.shared.backend.set(backend);
         // Never leave Draining for Ready: a shutdown during load must stick.
-        let _ =
-            self.0.phase.compare_exchange(Phase::Loading as u8, Phase::Ready as u8, Ordering::SeqCst, Ordering::SeqCst);
+        let _ = self.shared.phase.compare_exchange(
+            Phase::Loading as u8,
+            Phase::Ready as u8,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
     }
 
     pub fn begin_draining(&self) {
-        self.0.phase.store(Phase::Draining as u8, Ordering::SeqCst);
+        self.shared.phase.store(Phase::Draining as u8, Ordering::SeqCst);
     }
 
     pub fn phase(&self) -> Phase {
-        match self.0.phase.load(Ordering::SeqCst) {
+        match self.shared.phase.load(Ordering::SeqCst) {
             0 => Phase::Loading,
             1 => Phase::Ready,
             _ => Phase::Draining,
         }
     }
 
+    /// The bound model's backend, else the one model's.
     pub fn backend(&self) -> Option<&Arc<dyn Backend>> {
-        self.0.backend.get()
+        match &self.bound {
+            Some(bound) => Some(bound.backend()),
+            None => self.shared.backend.get(),
+        }
     }
 
     /// How tools reach the model and calls come back: `--tool-call-parser`'s format, else
@@ -98,8 +152,12 @@ impl AppState {
         }
     }
 
-    /// Name reported in responses: `--served-model-name`, else the model file's stem.
+    /// Name reported in responses: the bound model's, else `--served-model-name`, else the
+    /// model file's stem.
     pub fn model_name(&self) -> String {
+        if let Some(bound) = &self.bound {
+            return bound.name.clone();
+        }
         match (&self.config.served_model_name, self.backend()) {
             (Some(name), _) => name.clone(),
             (None, Some(b)) => b.model_name().to_string(),
@@ -108,7 +166,7 @@ impl AppState {
     }
 
     /// OpenAI requests may name the model; a name other than ours is a 404, as in vLLM.
-    pub fn check_model(&self, requested: Option<&str>) -> Result<(), ApiError> {
+    fn check_model(&self, requested: Option<&str>) -> Result<(), ApiError> {
         match requested {
             None | Some("") => Ok(()),
             Some(name) if name == self.model_name() => Ok(()),

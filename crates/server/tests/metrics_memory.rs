@@ -26,7 +26,7 @@ fn record(metrics: &RequestMetrics, n: usize) {
 
 /// The ITL histogram's sample count as rendered (every sample, folded in).
 fn rendered_count() -> u64 {
-    let text = render(None);
+    let text = render(&[]);
     let line = text.lines().find(|l| l.starts_with(&format!("{ITL}_count"))).expect("ITL count rendered");
     line.rsplit(' ').next().and_then(|v| v.parse().ok()).expect("a count")
 }
@@ -55,7 +55,7 @@ async fn unscraped_histograms_stay_flat_because_upkeep_runs() {
     let start = resident_bytes();
     for _ in 0..SAMPLES / CHUNK {
         record(&metrics, CHUNK);
-        let _ = render(None);
+        let _ = render(&[]);
     }
     let with_scrapes = resident_bytes() - start;
 

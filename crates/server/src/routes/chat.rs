@@ -201,7 +201,7 @@ pub async fn chat_completions(
     JsonBody(body): JsonBody<ChatBody>,
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
-    state.check_model(body.model.as_deref())?;
+    let state = state.for_model(body.model.as_deref()).await?;
     let logprobs = crate::logprobs::chat_request(body.logprobs, body.top_logprobs)?;
     let token_names = TokenNames::from_request(body.return_tokens_as_token_ids);
     for (present, param) in [(&body.functions, "functions"), (&body.function_call, "function_call")] {

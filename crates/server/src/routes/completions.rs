@@ -104,7 +104,7 @@ pub async fn completions(
     JsonBody(body): JsonBody<CompletionBody>,
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
-    state.check_model(body.model.as_deref())?;
+    let state = state.for_model(body.model.as_deref()).await?;
     let logprobs = crate::logprobs::completions_request(body.logprobs.as_ref())?;
     reject_if(body.best_of.is_some_and(|b| b != 1), "best_of")?;
     refuse_unknown_fields(&body.other)?;

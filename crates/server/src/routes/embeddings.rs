@@ -34,7 +34,7 @@ pub async fn embeddings(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<EmbeddingsBody>,
 ) -> Result<Json<Value>, ApiError> {
-    state.check_model(body.model.as_deref())?;
+    let state = state.for_model(body.model.as_deref()).await?;
     let options: &EmbeddingOptions = &state.config.embeddings;
     let inputs = embedding_inputs(body.input, options.max_inputs)?;
     let encoding = Encoding::from_field(body.encoding_format.as_deref())?;

@@ -24,6 +24,8 @@ use crate::tools::{self, ToolCallParser, ToolRequest};
 
 #[derive(Debug, Deserialize)]
 pub struct GenerateBody {
+    /// Which model, where the server serves several.
+    model: Option<String>,
     #[serde(default)]
     prompt: String,
     /// Chat messages (tool calls and results included) instead of `prompt`.
@@ -59,6 +61,7 @@ pub async fn generate(
     JsonBody(body): JsonBody<GenerateBody>,
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
+    let state = state.for_model(body.model.as_deref()).await?;
     if body.prompt.is_empty() && body.messages.is_none() {
         return Err(ApiError::invalid("prompt", "`prompt` must not be empty"));
     }

@@ -31,7 +31,7 @@ pub async fn rerank(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<RerankBody>,
 ) -> Result<Json<Value>, ApiError> {
-    state.check_model(body.model.as_deref())?;
+    let state = state.for_model(body.model.as_deref()).await?;
     let (pairs, documents) = rerank_pairs(body.query, body.documents, state.config.embeddings.max_inputs)?;
     let top_n = match body.top_n {
         None => documents.len(),
@@ -75,7 +75,7 @@ pub async fn score(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<ScoreBody>,
 ) -> Result<Json<Value>, ApiError> {
-    state.check_model(body.model.as_deref())?;
+    let state = state.for_model(body.model.as_deref()).await?;
     let pairs = score_pairs(body.text_1, body.text_2, state.config.embeddings.max_inputs)?;
     let request = EmbedRequest { inputs: pairs, truncate_prompt_tokens: body.truncate_prompt_tokens };
     let scored = compute(&state, "/score", request).await?;

@@ -70,7 +70,7 @@ pub async fn create_response(
     JsonBody(body): JsonBody<ResponsesBody>,
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
-    state.check_model(body.model.as_deref())?;
+    let state = state.for_model(body.model.as_deref()).await?;
     refuse_unknown_fields(&body.other)?;
     refuse_unserved(&body)?;
     let logprobs = logprobs(body.include.as_deref(), body.top_logprobs)?;

@@ -4,7 +4,7 @@
 //! Tokenizing a long prompt takes milliseconds of CPU: it runs on the blocking pool, not on
 //! the async workers that stream tokens.
 
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use rillm_backend::Prompt;
@@ -49,7 +49,7 @@ pub async fn tokenize(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<TokenizeBody>,
 ) -> Result<Response, ApiError> {
-    state.check_model(body.model.as_deref())?;
+    let state = state.for_model(body.model.as_deref()).await?;
     let backend = state.backend().ok_or_else(|| ApiError::unavailable("the model is still loading"))?.clone();
     let (prompt, param) = match (body.prompt, body.messages) {
         (Some(_), None)
@@ -87,7 +87,11 @@ pub async fn tokenize(
 /// `GET /tokenizer_info` in vLLM's shape: the special tokens and chat template, which
 /// lm-evaluation-harness's `tokenizer_backend=remote` reads before tokenizing through
 /// `/tokenize`.
-pub async fn tokenizer_info(State(state): State<AppState>) -> Result<Response, ApiError> {
+pub async fn tokenizer_info(
+    State(state): State<AppState>,
+    Query(query): Query<crate::routes::info::ModelQuery>,
+) -> Result<Response, ApiError> {
+    let state = state.for_model(query.model.as_deref()).await?;
     let backend = state.backend().ok_or_else(|| ApiError::unavailable("the model is still loading"))?;
     let info = backend.tokenizer_info();
     Ok(Json(json!({
@@ -105,7 +109,7 @@ pub async fn detokenize(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<DetokenizeBody>,
 ) -> Result<Response, ApiError> {
-    state.check_model(body.model.as_deref())?;
+    let state = state.for_model(body.model.as_deref()).await?;
     let backend = state.backend().ok_or_else(|| ApiError::unavailable("the model is still loading"))?;
     let tokens = body
         .tokens

@@ -1,0 +1,51 @@
+//! `rillm serve` with several models, as users start it: `--model NAME=PATH` and a known
+//! model's name, `--models-max`, `--idle-unload`.
+
+use std::time::{Duration, Instant};
+
+mod support;
+
+use support::{http, model, serial, Server, BIN};
+
+fn statuses(port: u16) -> Vec<(String, String)> {
+    let response = http(port, "GET", "/v1/models", "");
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let models: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+    models["data"]
+        .as_array()
+        .map(|data| {
+            data.iter()
+                .map(|m| (m["id"].as_str().unwrap_or("").into(), m["status"].as_str().unwrap_or("").into()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn several_models_load_on_demand_and_an_idle_one_unloads() {
+    let _g = serial();
+    rillm_models::embedding_model_for_tests();
+    let chat = format!("chat={}", model().display());
+    let args = ["--model", &chat, "--model", "all-minilm-l6-v2", "--idle-unload", "2", "--max-running", "4"];
+    let server = Server::start(std::path::Path::new(BIN), &args);
+    let names: Vec<String> = statuses(server.port).into_iter().map(|(name, _)| name).collect();
+    assert_eq!(names, vec!["chat", "all-minilm-l6-v2"]);
+
+    let embedded = http(server.port, "POST", "/v1/embeddings", r#"{"model": "all-minilm-l6-v2", "input": "hello"}"#);
+    assert!(embedded.starts_with("HTTP/1.1 200"), "{embedded}");
+    let completed =
+        http(server.port, "POST", "/v1/completions", r#"{"model": "chat", "prompt": "Hi", "max_tokens": 2}"#);
+    assert!(completed.starts_with("HTTP/1.1 200"), "{completed}");
+    let unnamed = http(server.port, "POST", "/v1/completions", r#"{"prompt": "Hi", "max_tokens": 2}"#);
+    assert!(unnamed.starts_with("HTTP/1.1 400") && unnamed.contains("\"param\":\"model\""), "{unnamed}");
+
+    // Nobody uses either for two seconds: both unload.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while statuses(server.port).iter().any(|(_, status)| status != "unloaded") {
+        assert!(Instant::now() < deadline, "still loaded: {:?}", statuses(server.port));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // And the next request loads its model again.
+    let again = http(server.port, "POST", "/v1/embeddings", r#"{"model": "all-minilm-l6-v2", "input": "hello"}"#);
+    assert!(again.starts_with("HTTP/1.1 200"), "{again}");
+}

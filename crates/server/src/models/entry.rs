@@ -1,0 +1,195 @@
+//! One model the registry knows: its state (unloaded, loading, loaded, failed), when it was
+//! last used, and the requests using it now.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rillm_backend::Backend;
+use tokio::sync::Notify;
+
+use super::ModelSpec;
+
+/// What `/v1/models` says of a model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelStatus {
+    Unloaded,
+    Loading,
+    Loaded,
+    Failed(String),
+}
+
+impl ModelStatus {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Unloaded => "unloaded",
+            Self::Loading => "loading",
+            Self::Loaded => "loaded",
+            Self::Failed(_) => "failed",
+        }
+    }
+}
+
+enum Slot {
+    Unloaded,
+    Loading,
+    Loaded(Arc<dyn Backend>),
+    Failed(String),
+}
+
+pub(super) struct ModelEntry {
+    pub(super) spec: ModelSpec,
+    slot: Mutex<Slot>,
+    /// Woken when a load ends (loaded or failed).
+    pub(super) changed: Notify,
+    last_used_ms: AtomicU64,
+    /// Requests bound to it now ([`BoundModel`]s alive).
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// What binding a request to a model found.
+pub(super) enum Acquired {
+    Bound(Arc<BoundModel>),
+    /// Nobody is loading it: the caller starts the load (the slot says `Loading` now).
+    StartLoad,
+    Loading,
+    Failed(String),
+}
+
+impl ModelEntry {
+    pub(super) fn new(spec: ModelSpec) -> Self {
+        Self {
+            spec,
+            slot: Mutex::new(Slot::Unloaded),
+            changed: Notify::new(),
+            last_used_ms: AtomicU64::new(0),
+            in_flight: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    fn slot(&self) -> MutexGuard<'_, Slot> {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn answers_to(&self, name: &str) -> bool {
+        self.spec.name == name || self.spec.aliases.iter().any(|a| a == name)
+    }
+
+    pub(super) fn try_bind(&self, now_ms: u64) -> Acquired {
+        let mut slot = self.slot();
+        match &*slot {
+            Slot::Loaded(backend) => {
+                self.last_used_ms.store(now_ms, Ordering::Relaxed);
+                Acquired::Bound(Arc::new(BoundModel::new(&self.spec.name, Arc::clone(backend), &self.in_flight)))
+            }
+            Slot::Loading => Acquired::Loading,
+            Slot::Failed(reason) => Acquired::Failed(reason.clone()),
+            Slot::Unloaded => {
+                *slot = Slot::Loading;
+                Acquired::StartLoad
+            }
+        }
+    }
+
+    /// The load ended; a loaded model counts as used now (its idle time starts here).
+    pub(super) fn finish_load(&self, loaded: Result<Arc<dyn Backend>, String>, now_ms: u64) {
+        self.last_used_ms.store(now_ms, Ordering::Relaxed);
+        *self.slot() = match loaded {
+            Ok(backend) => Slot::Loaded(backend),
+            Err(reason) => Slot::Failed(reason),
+        };
+        self.changed.notify_waiters();
+    }
+
+    /// Lets go of the engine (requests bound to it keep it up until they end); a failed
+    /// model is forgotten too, so the next request tries again. Returns whether it was
+    /// loaded or failed.
+    pub(super) fn unload(&self) -> bool {
+        let previous = std::mem::replace(&mut *self.slot(), Slot::Unloaded);
+        match previous {
+            Slot::Loaded(backend) => {
+                drop_when_idle(backend, Arc::clone(&self.in_flight));
+                true
+            }
+            Slot::Failed(_) => true,
+            Slot::Loading => {
+                // A load in progress finishes into the slot; put the marker back.
+                *self.slot() = Slot::Loading;
+                false
+            }
+            Slot::Unloaded => false,
+        }
+    }
+
+    pub(super) fn status(&self) -> ModelStatus {
+        match &*self.slot() {
+            Slot::Unloaded => ModelStatus::Unloaded,
+            Slot::Loading => ModelStatus::Loading,
+            Slot::Loaded(_) => ModelStatus::Loaded,
+            Slot::Failed(reason) => ModelStatus::Failed(reason.clone()),
+        }
+    }
+
+    pub(super) fn backend(&self) -> Option<Arc<dyn Backend>> {
+        match &*self.slot() {
+            Slot::Loaded(backend) => Some(Arc::clone(backend)),
+            _ => None,
+        }
+    }
+
+    pub(super) fn is_loaded_or_loading(&self) -> bool {
+        matches!(*self.slot(), Slot::Loaded(_) | Slot::Loading)
+    }
+
+    /// Loaded, not pinned, and no request uses it.
+    pub(super) fn is_evictable(&self) -> bool {
+        !self.spec.pinned && matches!(*self.slot(), Slot::Loaded(_)) && self.in_flight.load(Ordering::SeqCst) == 0
+    }
+
+    pub(super) fn last_used_ms(&self) -> u64 {
+        self.last_used_ms.load(Ordering::Relaxed)
+    }
+}
+
+/// Stops the engine once no request uses it, on a blocking thread (joining the engine
+/// thread blocks): the registry's handle is kept until then, so it is the last one.
+fn drop_when_idle(backend: Arc<dyn Backend>, in_flight: Arc<AtomicUsize>) {
+    let stop = move || {
+        while in_flight.load(Ordering::SeqCst) > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        backend.shutdown();
+        drop(backend);
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => drop(runtime.spawn_blocking(stop)),
+        Err(_) => stop(),
+    }
+}
+
+/// A model bound to one request: its engine stays up, and the model counts as in use
+/// (never unloaded to make room), while this lives.
+pub struct BoundModel {
+    pub name: String,
+    backend: Option<Arc<dyn Backend>>,
+    in_flight: Arc<AtomicUsize>,
+}
+
+impl BoundModel {
+    fn new(name: &str, backend: Arc<dyn Backend>, in_flight: &Arc<AtomicUsize>) -> Self {
+        in_flight.fetch_add(1, Ordering::SeqCst);
+        Self { name: name.to_string(), backend: Some(backend), in_flight: Arc::clone(in_flight) }
+    }
+
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        self.backend.as_ref().expect("set until drop")
+    }
+}
+
+impl Drop for BoundModel {
+    fn drop(&mut self) {
+        // This handle goes before the count does: an unload waiting for the count holds
+        // the last one, and stops the engine on its blocking thread, not here.
+        drop(self.backend.take());
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}

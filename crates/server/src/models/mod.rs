@@ -1,0 +1,221 @@
+//! Several models behind one endpoint: which models this server knows, which are loaded,
+//! loading one when a request names it, and unloading the least recently used past
+//! `--models-max`.
+//!
+//! The server knows models by name only: loading is the [`ModelLoader`]'s (the CLI starts
+//! an engine), so the HTTP layer still compiles no llama.cpp. A request binds its model for
+//! its whole life ([`BoundModel`]): the engine stays up, and the model counts as busy,
+//! until the request's last event is sent. Unloading therefore drains: the registry lets
+//! go of the engine at once, and the engine stops when the last request using it ends.
+
+mod entry;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rillm_backend::Backend;
+
+use crate::error::ApiError;
+use entry::{Acquired, ModelEntry};
+pub use entry::{BoundModel, ModelStatus};
+
+/// Starts a model's engine, by name. Blocking: it takes seconds.
+pub trait ModelLoader: Send + Sync + 'static {
+    fn load(&self, name: &str) -> Result<Arc<dyn Backend>, String>;
+}
+
+/// A model the server may serve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelSpec {
+    pub name: String,
+    /// Other names requests may use for it.
+    pub aliases: Vec<String>,
+    /// Never unloaded to make room.
+    pub pinned: bool,
+}
+
+/// A model as the registry has it now.
+pub struct ModelState {
+    pub spec: ModelSpec,
+    pub status: ModelStatus,
+    /// Its engine, while loaded.
+    pub backend: Option<Arc<dyn Backend>>,
+}
+
+/// How many models may be loaded and how long a request waits for a load.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelLimits {
+    /// Loaded models at most (`--models-max`); the least recently used idle one makes room.
+    pub max_loaded: Option<usize>,
+    /// How long a request waits for its model to load before a 503 (`--load-timeout`).
+    pub load_timeout: Duration,
+    /// A loaded model no request used for this long is unloaded (`--idle-unload`);
+    /// probes and `/metrics` are not uses.
+    pub idle_unload: Option<Duration>,
+}
+
+pub struct ModelRegistry {
+    entries: Vec<Arc<ModelEntry>>,
+    loader: Arc<dyn ModelLoader>,
+    limits: ModelLimits,
+    clock: Instant,
+    loads: AtomicU64,
+    unloads: AtomicU64,
+}
+
+impl ModelRegistry {
+    pub fn new(specs: Vec<ModelSpec>, loader: Arc<dyn ModelLoader>, limits: ModelLimits) -> Self {
+        let entries = specs.into_iter().map(|spec| Arc::new(ModelEntry::new(spec))).collect();
+        Self { entries, loader, limits, clock: Instant::now(), loads: AtomicU64::new(0), unloads: AtomicU64::new(0) }
+    }
+
+    /// The model a request names (or, with one model only, the one it need not name).
+    fn find(&self, requested: Option<&str>) -> Result<&Arc<ModelEntry>, ApiError> {
+        match requested.filter(|n| !n.is_empty()) {
+            None if self.entries.len() == 1 => Ok(&self.entries[0]),
+            None => Err(ApiError::invalid(
+                "model",
+                format!("`model` is required: this server serves {}", self.names().join(", ")),
+            )),
+            Some(name) => {
+                self.entries.iter().find(|e| e.answers_to(name)).ok_or_else(|| ApiError::model_not_found(name))
+            }
+        }
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.entries.iter().map(|e| e.spec.name.clone()).collect()
+    }
+
+    /// The named model, loaded first if it is not (other requests for it wait for the
+    /// same load), bound to the caller until the returned handle drops.
+    pub async fn acquire(self: &Arc<Self>, requested: Option<&str>) -> Result<Arc<BoundModel>, ApiError> {
+        let entry = Arc::clone(self.find(requested)?);
+        let deadline = tokio::time::Instant::now() + self.limits.load_timeout;
+        loop {
+            let changed = entry.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            match entry.try_bind(self.now_ms()) {
+                Acquired::Bound(bound) => return Ok(bound),
+                Acquired::Failed(reason) => {
+                    return Err(ApiError::unavailable(format!("model `{}` failed to load: {reason}", entry.spec.name)))
+                }
+                Acquired::StartLoad => self.start_load(&entry),
+                Acquired::Loading => {}
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return Err(ApiError::unavailable(format!(
+                    "model `{}` is still loading after {:?} (--load-timeout); retry later",
+                    entry.spec.name, self.limits.load_timeout
+                )));
+            }
+        }
+    }
+
+    /// Loads `entry` on the blocking pool, making room first (`--models-max`), and again
+    /// once it is loaded (a model busy then may be idle now).
+    fn start_load(self: &Arc<Self>, entry: &Arc<ModelEntry>) {
+        self.make_room(entry);
+        let (registry, entry) = (Arc::clone(self), Arc::clone(entry));
+        tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            let loaded = registry.loader.load(&entry.spec.name);
+            let seconds = started.elapsed().as_secs_f64();
+            match &loaded {
+                Ok(_) => tracing::info!(model = %entry.spec.name, seconds, "model loaded"),
+                Err(reason) => tracing::error!(model = %entry.spec.name, %reason, "model failed to load"),
+            }
+            crate::metrics::record_model_load(&entry.spec.name, loaded.is_ok(), seconds);
+            registry.loads.fetch_add(1, Ordering::Relaxed);
+            entry.finish_load(loaded, registry.now_ms());
+            registry.make_room(&entry);
+        });
+    }
+
+    /// Unloads least recently used idle, unpinned models other than `keep` (loading, or
+    /// just loaded: counted already) until the loaded ones fit under `--models-max`.
+    fn make_room(&self, keep: &Arc<ModelEntry>) {
+        let Some(max) = self.limits.max_loaded else { return };
+        loop {
+            let loaded = self.entries.iter().filter(|e| e.is_loaded_or_loading()).count();
+            if loaded <= max {
+                return;
+            }
+            let victim = self
+                .entries
+                .iter()
+                .filter(|e| !Arc::ptr_eq(e, keep) && e.is_evictable())
+                .min_by_key(|e| e.last_used_ms());
+            match victim {
+                Some(victim) => {
+                    tracing::info!(model = %victim.spec.name, for_model = %keep.spec.name, "unloading to make room");
+                    self.unload_entry(victim);
+                }
+                None => {
+                    tracing::warn!(model = %keep.spec.name, max, loaded, "the other loaded models are busy or pinned: past --models-max until one is idle");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Unloads `name`: requests using it finish first (they keep its engine up).
+    pub fn unload(&self, requested: &str) -> Result<bool, ApiError> {
+        let entry = self.find(Some(requested))?;
+        Ok(self.unload_entry(entry))
+    }
+
+    fn unload_entry(&self, entry: &ModelEntry) -> bool {
+        let unloaded = entry.unload();
+        if unloaded {
+            self.unloads.fetch_add(1, Ordering::Relaxed);
+            crate::metrics::record_model_unload(&entry.spec.name);
+        }
+        unloaded
+    }
+
+    /// Unloads the loaded, unpinned models that no request used for `--idle-unload`;
+    /// returns how many. Called every second by the server.
+    pub fn unload_idle(&self) -> usize {
+        let Some(idle) = self.limits.idle_unload else { return 0 };
+        let now = self.now_ms();
+        let idle_ms = idle.as_millis() as u64;
+        let stale: Vec<&Arc<ModelEntry>> = self
+            .entries
+            .iter()
+            .filter(|e| e.is_evictable() && now.saturating_sub(e.last_used_ms()) >= idle_ms)
+            .collect();
+        for entry in &stale {
+            tracing::info!(model = %entry.spec.name, idle_s = idle.as_secs(), "unloading an idle model");
+            self.unload_entry(entry);
+        }
+        stale.len()
+    }
+
+    /// Loads `name` now (`POST /models/load`), as a request for it would.
+    pub async fn load(self: &Arc<Self>, requested: &str) -> Result<(), ApiError> {
+        self.acquire(Some(requested)).await.map(drop)
+    }
+
+    /// Every model with its status and, when loaded, its backend.
+    pub fn statuses(&self) -> Vec<ModelState> {
+        self.entries
+            .iter()
+            .map(|e| ModelState { spec: e.spec.clone(), status: e.status(), backend: e.backend() })
+            .collect()
+    }
+
+    /// The loaded models' backends (metrics, health, shutdown).
+    pub fn loaded(&self) -> Vec<Arc<dyn Backend>> {
+        self.entries.iter().filter_map(|e| e.backend()).collect()
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.clock.elapsed().as_millis() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests;
