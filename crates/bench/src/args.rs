@@ -194,6 +194,11 @@ pub struct BenchArgs {
     /// Model name to send (OpenAI protocols); default: the first of the server's /v1/models.
     #[arg(long)]
     pub model: Option<String>,
+    /// A server with several models: each request names one of these, by share, e.g.
+    /// chat:0.7,chat2:0.3 (a conversation keeps its model); the result breaks the figures
+    /// down per model.
+    #[arg(long, conflicts_with = "model")]
+    pub model_mix: Option<crate::workload::model_mix::ModelMix>,
     /// Seeds the arrival process.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,

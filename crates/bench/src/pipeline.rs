@@ -114,6 +114,7 @@ pub(crate) async fn prepare(args: &BenchArgs, setup: &Setup) -> Result<Prepared,
         extra: args.extra_body.clone(),
         tools,
         batch_size: args.batch_size,
+        model_mix: args.model_mix.clone().map(Arc::new),
     };
     let description = describe_workload(args, setup.amount, built.description, &built.workload);
     Ok(Prepared {

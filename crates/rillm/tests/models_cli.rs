@@ -49,3 +49,41 @@ fn several_models_load_on_demand_and_an_idle_one_unloads() {
     let again = http(server.port, "POST", "/v1/embeddings", r#"{"model": "all-minilm-l6-v2", "input": "hello"}"#);
     assert!(again.starts_with("HTTP/1.1 200"), "{again}");
 }
+
+/// `rillm bench --model-mix` against two models of one server: each request names one by
+/// its share, and the result breaks the figures down per model.
+#[test]
+fn the_bench_mixes_models_and_reports_each() {
+    let _g = serial();
+    let (one, two) = (format!("chat={}", model().display()), format!("chat2={}", model().display()));
+    let server = Server::start(std::path::Path::new(BIN), &["--model", &one, "--model", &two, "--max-running", "4"]);
+    let url = server.url("/v1/completions");
+    let result = support::bench_result(
+        &[
+            "--url",
+            &url,
+            "--model-mix",
+            "chat:0.5,chat2:0.5",
+            "--requests",
+            "16",
+            "--concurrency",
+            "4",
+            "--max-tokens",
+            "4",
+            // Greedy: a sampled reply may end at its first token, which the bench counts failed.
+            "--temperature",
+            "0",
+        ],
+        "mix",
+    );
+    assert_eq!(result["completed"], 16, "{}", result["limits"]);
+    let models = result["per_model"].as_array().expect("a breakdown per model");
+    let names: Vec<&str> = models.iter().map(|m| m["model"].as_str().unwrap()).collect();
+    assert_eq!(names, vec!["chat", "chat2"]);
+    let sent: u64 = models.iter().map(|m| m["sent"].as_u64().unwrap()).sum();
+    assert_eq!(sent, 16);
+    assert!(models.iter().all(|m| m["completed"].as_u64().unwrap() > 0), "{models:?}");
+    for request in result["requests"].as_array().unwrap() {
+        assert!(request["model"] == "chat" || request["model"] == "chat2", "{request}");
+    }
+}

@@ -180,7 +180,10 @@ fn level_section(body: &mut String, r: &BenchResult, is_knee: bool) {
         turn_table(body, turns);
     }
     if let Some(targets) = &r.per_target {
-        target_table(body, targets);
+        group_table(body, "endpoint", targets.iter().map(|t| (t.url.clone(), t)).collect());
+    }
+    if let Some(models) = &r.per_model {
+        group_table(body, "model", models.iter().map(|m| (m.model.clone(), &m.figures)).collect());
     }
     body.push_str("<div class=\"charts\">");
     for chart in level_charts(r) {
@@ -241,12 +244,13 @@ fn turn_table(body: &mut String, turns: &[crate::results::result::TurnSummary]) 
     );
 }
 
-fn target_table(body: &mut String, targets: &[crate::results::result::TargetSummary]) {
-    let rows: Vec<(&str, Vec<Cell>)> = targets
-        .iter()
-        .map(|t| {
+/// Each endpoint's or model's share of a level, first column `what`.
+fn group_table(body: &mut String, what: &str, groups: Vec<(String, &crate::results::result::TargetSummary)>) {
+    let rows: Vec<(&str, Vec<Cell>)> = groups
+        .into_iter()
+        .map(|(label, t)| {
             let cells = vec![
-                Cell::plain(t.url.clone()),
+                Cell::plain(label),
                 Cell::plain(t.sent.to_string()),
                 Cell::plain(t.completed.to_string()),
                 Cell::plain(t.failed.to_string()),
@@ -261,17 +265,7 @@ fn target_table(body: &mut String, targets: &[crate::results::result::TargetSumm
         .collect();
     table(
         body,
-        &[
-            "endpoint",
-            "sent",
-            "completed",
-            "failed",
-            "429",
-            "goodput req/s",
-            "TTFT p50 ms",
-            "TTFT p99 ms",
-            "TPOT p50 ms",
-        ],
+        &[what, "sent", "completed", "failed", "429", "goodput req/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms"],
         &rows,
     );
 }

@@ -21,6 +21,22 @@ fn dist_row(out: &mut String, name: &str, d: &Option<Distribution>) {
     }
 }
 
+/// One endpoint's or one model's share of a level, on one line.
+fn group_line(out: &mut String, label: &str, t: &crate::results::result::TargetSummary) {
+    let opt = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{v:.1} ms"));
+    let _ = writeln!(
+        out,
+        "  {label}: sent {}  completed {}  failed {}  429 {}  goodput {:.3} req/s  TTFT p50 {}  p99 {}",
+        t.sent,
+        t.completed,
+        t.failed,
+        t.rejected_429,
+        t.goodput_rps,
+        opt(t.ttft_ms.map(|d| d.p50)),
+        opt(t.ttft_ms.map(|d| d.p99))
+    );
+}
+
 pub fn summary(levels: &[BenchResult]) -> String {
     let mut out = String::new();
     for r in levels {
@@ -134,19 +150,11 @@ pub fn summary(levels: &[BenchResult]) -> String {
                 );
             }
         }
+        for m in r.per_model.iter().flatten() {
+            group_line(&mut out, &format!("model {}", m.model), &m.figures);
+        }
         for t in r.per_target.iter().flatten() {
-            let _ = writeln!(
-                out,
-                "  endpoint {}: sent {}  completed {}  failed {}  429 {}  goodput {:.3} req/s  TTFT p50 {}  p99 {}",
-                t.url,
-                t.sent,
-                t.completed,
-                t.failed,
-                t.rejected_429,
-                t.goodput_rps,
-                opt(t.ttft_ms.map(|d| d.p50), " ms"),
-                opt(t.ttft_ms.map(|d| d.p99), " ms")
-            );
+            group_line(&mut out, &format!("endpoint {}", t.url), t);
         }
         let _ = writeln!(
             out,

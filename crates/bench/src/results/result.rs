@@ -86,6 +86,9 @@ pub struct RequestJson {
     /// Which `--url` it went to, when there were several (0, the first, is left out).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub target: usize,
+    /// The model it named, where the run mixed several (`--model-mix`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish_reason: Option<String>,
     /// Constraint workloads: does the output parse, and is it valid for its constraint.
@@ -130,6 +133,7 @@ impl RequestJson {
             sent_ms: r3(r.sent_ms),
             dispatch_lag_ms: r3(r.dispatch_lag_ms()),
             target: r.target,
+            model: r.model.as_deref().map(str::to_string),
             finish_reason: r.finish_reason.clone(),
             output_check: r.output_check,
             round: r.round,
@@ -167,6 +171,7 @@ impl RequestJson {
             tokens_estimated: self.completion_tokens_estimated,
             resent: self.resent,
             target: self.target,
+            model: self.model.as_deref().map(std::sync::Arc::from),
             finish_reason: self.finish_reason.clone(),
             output_check: self.output_check,
             tool_calls: Vec::new(),
@@ -207,9 +212,18 @@ pub struct ClientCheck {
     pub saturated: bool,
 }
 
-/// One endpoint's share of a run with several `--url`.
+/// One model's share of a run that mixed several (`--model-mix`).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ModelSummary {
+    pub model: String,
+    #[serde(flatten)]
+    pub figures: TargetSummary,
+}
+
+/// One endpoint's share of a run with several `--url` (with `url` empty, one model's).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct TargetSummary {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub url: String,
     /// Requests sent to it (shed requests were sent nowhere).
     pub sent: usize,
@@ -317,6 +331,9 @@ pub struct BenchResult {
     /// Several `--url`: each endpoint's share and latencies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_target: Option<Vec<TargetSummary>>,
+    /// Several models (`--model-mix`): each model's share and latencies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_model: Option<Vec<ModelSummary>>,
     pub client: ClientCheck,
     /// The notes in `limits` that describe the workload (how prompts were made), apart, so
     /// `bench merge` can carry them into the merged result.
@@ -486,10 +503,9 @@ pub fn build(facts: RunFacts) -> BenchResult {
         limits.push_str(note);
     }
     let per_turn = facts.sessions.map(|_| per_turn(&done));
-    let per_target = (facts.urls.len() > 1).then(|| {
-        let good = |r: &&RequestRecord| facts.slos.all_met(r, open_loop);
-        per_target(&facts.urls, &sent_records, per_s, good)
-    });
+    let good = |r: &&RequestRecord| facts.slos.all_met(r, open_loop);
+    let per_target = (facts.urls.len() > 1).then(|| per_target(&facts.urls, &sent_records, per_s, good));
+    let per_model = per_model(&sent_records, per_s, good);
     BenchResult {
         execution_mode: "live HTTP requests".into(),
         offered_requests: records.len(),
@@ -528,6 +544,7 @@ pub fn build(facts: RunFacts) -> BenchResult {
         per_turn,
         sessions: facts.sessions,
         per_target,
+        per_model,
         client: ClientCheck { cpu_s: facts.client_cpu_s, cpu_cores_used, dispatch_lag_p99_ms: lag_p99, saturated },
         workload_notes,
     }
@@ -562,21 +579,51 @@ fn per_target(
         .enumerate()
         .map(|(t, url)| {
             let mine: Vec<&RequestRecord> = sent.iter().copied().filter(|r| r.target == t).collect();
-            let count = |s: Status| mine.iter().filter(|r| r.status == s).count();
-            let done: Vec<&&RequestRecord> = mine.iter().filter(|r| r.status == Status::Completed).collect();
-            TargetSummary {
-                url: url.clone(),
-                sent: mine.len(),
-                completed: done.len(),
-                failed: count(Status::Failed),
-                rejected_429: count(Status::Rejected),
-                throughput_rps: per_s(done.len()),
-                goodput_rps: per_s(done.iter().filter(|r| good(r)).count()),
-                ttft_ms: Distribution::of(done.iter().filter_map(|r| r.ttft_ms)),
-                tpot_ms: Distribution::of(done.iter().filter_map(|r| r.tpot_ms())),
-            }
+            TargetSummary { url: url.clone(), ..group_summary(&mine, &per_s, &good) }
         })
         .collect()
+}
+
+/// Each model's share, where the requests named more than one.
+fn per_model(
+    sent: &[&RequestRecord],
+    per_s: impl Fn(usize) -> f64,
+    good: impl Fn(&&RequestRecord) -> bool,
+) -> Option<Vec<ModelSummary>> {
+    let mut models: Vec<&str> = sent.iter().filter_map(|r| r.model.as_deref()).collect();
+    models.sort_unstable();
+    models.dedup();
+    (models.len() > 1).then(|| {
+        models
+            .into_iter()
+            .map(|model| {
+                let mine: Vec<&RequestRecord> =
+                    sent.iter().copied().filter(|r| r.model.as_deref() == Some(model)).collect();
+                ModelSummary { model: model.to_string(), figures: group_summary(&mine, &per_s, &good) }
+            })
+            .collect()
+    })
+}
+
+/// Counts and latencies of some of a level's sent requests.
+fn group_summary(
+    mine: &[&RequestRecord],
+    per_s: &impl Fn(usize) -> f64,
+    good: &impl Fn(&&RequestRecord) -> bool,
+) -> TargetSummary {
+    let count = |s: Status| mine.iter().filter(|r| r.status == s).count();
+    let done: Vec<&&RequestRecord> = mine.iter().filter(|r| r.status == Status::Completed).collect();
+    TargetSummary {
+        url: String::new(),
+        sent: mine.len(),
+        completed: done.len(),
+        failed: count(Status::Failed),
+        rejected_429: count(Status::Rejected),
+        throughput_rps: per_s(done.len()),
+        goodput_rps: per_s(done.iter().filter(|r| good(r)).count()),
+        ttft_ms: Distribution::of(done.iter().filter_map(|r| r.ttft_ms)),
+        tpot_ms: Distribution::of(done.iter().filter_map(|r| r.tpot_ms())),
+    }
 }
 
 fn per_turn(done: &[&RequestRecord]) -> Vec<TurnSummary> {

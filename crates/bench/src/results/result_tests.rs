@@ -111,3 +111,24 @@ fn valid_structured_outputs_are_counted_a_second() {
     assert_eq!(r.valid_outputs_per_s(), Some(1.0), "two valid finished outputs in two seconds");
     assert_eq!(level(2.0, 250.0, vec![completed(0.0, 0.0, 1.0, 2.0, 1)]).valid_outputs_per_s(), None, "no constraint");
 }
+
+#[test]
+fn a_model_mix_is_broken_down_per_model() {
+    let named = |model: &str, ttft_ms: f64| RequestRecord {
+        model: Some(std::sync::Arc::from(model)),
+        ..completed(0.0, 0.0, ttft_ms, ttft_ms + 100.0, 10)
+    };
+    let failed = RequestRecord { model: Some(std::sync::Arc::from("b")), ..RequestRecord::shed(0.0) };
+    let failed = RequestRecord { status: Status::Failed, ..failed };
+    let r = level(2.0, 250.0, vec![named("a", 100.0), named("a", 300.0), named("b", 50.0), failed]);
+    let models = r.per_model.as_ref().expect("two models");
+    let a = models.iter().find(|m| m.model == "a").expect("a");
+    let b = models.iter().find(|m| m.model == "b").expect("b");
+    assert_eq!((a.figures.sent, a.figures.completed, a.figures.failed), (2, 2, 0));
+    assert_eq!((b.figures.sent, b.figures.completed, b.figures.failed), (2, 1, 1));
+    assert_eq!(a.figures.ttft_ms.map(|d| d.max), Some(300.0));
+    let json = serde_json::to_value(&r).expect("serialises");
+    assert_eq!(json["per_model"][0]["model"], "a");
+    assert!(json["per_model"][0].get("url").is_none(), "no empty endpoint");
+    assert!(level(2.0, 250.0, vec![named("a", 1.0)]).per_model.is_none(), "one model: no breakdown");
+}

@@ -62,6 +62,8 @@ pub struct RequestRecord {
     pub resent: bool,
     /// Which `--url` it went to (0 for the first).
     pub target: usize,
+    /// The model its body named.
+    pub model: Option<std::sync::Arc<str>>,
     /// Why the server ended it, where its stream said (`length`: cut by `max_tokens`).
     pub finish_reason: Option<String>,
     /// Constraint workloads: what the check of its output found (completed requests).
@@ -103,6 +105,7 @@ impl RequestRecord {
             tokens_estimated: false,
             resent: false,
             target: 0,
+            model: None,
             finish_reason: None,
             output_check: None,
             tool_calls: Vec::new(),

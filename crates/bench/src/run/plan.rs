@@ -79,9 +79,18 @@ impl LevelPlan {
         start: Instant,
         scheduled_ms: f64,
     ) -> RequestRecord {
+        let mixed;
+        let spec = match (&self.body.model_mix, &spec.model) {
+            (Some(mix), None) => {
+                mixed = RequestSpec { model: Some(mix.pick(index as u64)), ..spec.clone() };
+                &mixed
+            }
+            _ => spec,
+        };
         let body = request_body(self.protocol, spec, &self.body);
         let _in_flight = self.targets.begin(to);
         let mut record = send(&target(client, self, to), &body, start, scheduled_ms).await;
+        record.model = body["model"].as_str().map(Arc::from);
         record.index = index;
         record.target = to;
         record.prompt_tokens = record.prompt_tokens.or(spec.prompt_tokens);

@@ -157,6 +157,7 @@ async fn play(
         let rounds = plan.body.tools.as_ref().map_or(1, |tools| tools.max_rounds);
         for round in 1..=rounds {
             let mut spec = RequestSpec::new(PromptSpec::Messages(history.clone()), turn.max_tokens);
+            spec.model = plan.body.model_mix.as_ref().map(|mix| mix.pick_for(&session.id));
             // `--final-schema`: every round may call tools or give the typed answer.
             spec.constraint = plan.body.tools.as_ref().and_then(|t| t.final_answer.clone());
             if let Some(recorder) = &plan.save_sessions {
@@ -206,6 +207,7 @@ async fn send_recorded(
     start: Instant,
 ) -> RequestRecord {
     let mut spec = RequestSpec::new(PromptSpec::Messages(turn.messages.clone()), turn.max_tokens);
+    spec.model = plan.body.model_mix.as_ref().map(|mix| mix.pick_for(&session.id));
     spec.tools = recorded.tools.clone();
     spec.constraint = recorded.answer.clone();
     if let Some(recorder) = &plan.save_sessions {

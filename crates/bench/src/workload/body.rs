@@ -42,8 +42,9 @@ pub fn request_body(protocol: Protocol, spec: &RequestSpec, opts: &BodyOptions) 
             json!({"query": RERANK_QUERY, "documents": pooled_inputs(&spec.prompt.as_text(), opts.batch_size), "return_documents": false})
         }
     };
+    let model = spec.model.as_deref().or(opts.model.as_deref());
     if protocol.is_pooled() {
-        if let Some(model) = &opts.model {
+        if let Some(model) = model {
             body["model"] = json!(model);
         }
         if let Some(extra) = &opts.extra {
@@ -51,8 +52,11 @@ pub fn request_body(protocol: Protocol, spec: &RequestSpec, opts: &BodyOptions) 
         }
         return body;
     }
-    if let (Some(model), Protocol::Completions | Protocol::Chat | Protocol::Responses) = (&opts.model, protocol) {
-        body["model"] = json!(model);
+    match (model, protocol) {
+        (Some(model), Protocol::Completions | Protocol::Chat | Protocol::Responses) => body["model"] = json!(model),
+        // rillm's /generate names a model only where a mix asks (it serves several).
+        (Some(model), Protocol::Generate) if spec.model.is_some() => body["model"] = json!(model),
+        _ => {}
     }
     // Sampling knobs sit where each engine reads them.
     let sampling = match protocol {
@@ -157,6 +161,7 @@ mod tests {
             extra: Some(json!({"sampling_params": {"top_k": 5}, "x": 1})),
             tools: None,
             batch_size: 1,
+            model_mix: None,
         };
         let sg = request_body(Protocol::Sglang, &spec, &opts);
         assert_eq!(

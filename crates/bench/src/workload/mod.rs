@@ -11,6 +11,7 @@ pub mod conversation;
 pub mod dataset;
 pub mod error;
 pub mod lengths;
+pub mod model_mix;
 pub mod spec;
 pub mod structured;
 pub mod synth;

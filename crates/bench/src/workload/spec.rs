@@ -19,11 +19,13 @@ pub struct RequestSpec {
     pub constraint: Option<Arc<OutputConstraint>>,
     /// A replayed chat request's own tools (instead of `--tools`): offered, and its calls checked.
     pub tools: Option<Arc<ToolSet>>,
+    /// The model this request names (`--model-mix`), instead of the run's `--model`.
+    pub model: Option<Arc<str>>,
 }
 
 impl RequestSpec {
     pub fn new(prompt: PromptSpec, max_tokens: u32) -> Self {
-        Self { prompt, max_tokens, prompt_tokens: None, constraint: None, tools: None }
+        Self { prompt, max_tokens, prompt_tokens: None, constraint: None, tools: None, model: None }
     }
 
     /// The tools this request offers: its own, else the run's.
@@ -68,4 +70,6 @@ pub struct BodyOptions {
     pub tools: Option<Arc<ToolSet>>,
     /// Embeddings and rerank: inputs per request (`--batch-size`; 0 is read as 1).
     pub batch_size: u32,
+    /// Several models on one server: each request names one by these shares.
+    pub model_mix: Option<Arc<crate::workload::model_mix::ModelMix>>,
 }
