@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Two chat models behind one server: rillm (`--model NAME=PATH` twice) against
+# llama-server's router mode (`--models-dir`), the same GGUF twice (`chat`, `chat2`), a
+# 0.7/0.3 mix of Poisson arrivals (`rillm bench --model-mix`), one server at a time.
+#
+#   LLAMA_SERVER=/path/to/llama-server [LLAMA_ARGS=...] [MAX=2] [RATE=2] [REQUESTS=80] scripts/compare-model-mix.sh [OUT_DIR]
+#
+# MAX is both servers' --models-max: 2 keeps both models loaded; 1 makes every switch a
+# swap. Prompts recur (--distinct-prompts 8), so a server that kept a model's prefix cache
+# across its unload would answer a swapped-back model's recurring prompt warm. Both models
+# are loaded once before the run (a request each), so the run measures serving, not the
+# first load (scripts/compare-cold-load.sh measures that).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+: "${LLAMA_SERVER:?set LLAMA_SERVER to a llama-server binary}"
+OUT=${1:-/tmp/rillm-model-mix}
+MAX=${MAX:-2}
+RATE=${RATE:-2}
+REQUESTS=${REQUESTS:-80}
+THREADS=${THREADS:-2}
+MODEL=${MODEL:-$(./target/release/rillm model path)}
+PORT=18799
+mkdir -p "$OUT"
+DIR=$(mktemp -d)
+trap 'rm -rf "$DIR"' EXIT
+ln -s "$MODEL" "$DIR/chat.gguf"
+cp "$MODEL" "$DIR/chat2.gguf"
+
+warm() { for m in chat2 chat; do
+  curl -s -o /dev/null "http://127.0.0.1:$PORT/v1/completions" -H 'content-type: application/json' \
+    -d "{\"model\": \"$m\", \"prompt\": \"Hi\", \"max_tokens\": 1}"; done; }
+bench() { # name
+  ./target/release/rillm bench --url "http://127.0.0.1:$PORT/v1/completions" --model-mix chat:0.7,chat2:0.3 \
+    --rate "$RATE" --requests "$REQUESTS" --input-tokens 200,50 --output-tokens 32 --distinct-prompts 8 \
+    --temperature 0 --output "$OUT/$1.json" > "$OUT/$1.txt"
+  grep -E '^  (offered|goodput|model|TTFT  )' "$OUT/$1.txt" | sed "s/^/$1 /"
+}
+
+./target/release/rillm serve --port "$PORT" --threads "$THREADS" --max-running 4 --models-max "$MAX" \
+  --model "chat=$DIR/chat.gguf" --model "chat2=$DIR/chat2.gguf" >"$OUT/rillm-server.log" 2>&1 &
+pid=$!
+for _ in $(seq 300); do curl -s "http://127.0.0.1:$PORT/v1/models" | grep -q '"loaded"' && break; sleep 0.1; done
+warm
+bench "rillm-max$MAX"
+kill "$pid"; wait "$pid" || true
+
+# shellcheck disable=SC2086 # LLAMA_ARGS is a list of flags
+"$LLAMA_SERVER" --models-dir "$DIR" --models-max "$MAX" --port "$PORT" -t "$THREADS" -np 4 ${LLAMA_ARGS:-} >"$OUT/llama-server.log" 2>&1 &
+pid=$!
+for _ in $(seq 300); do curl -sf "http://127.0.0.1:$PORT/v1/models" >/dev/null && break; sleep 0.1; done
+warm
+bench "llama-max$MAX"
+kill "$pid"; wait "$pid" || true
+./target/release/rillm bench compare "$OUT/llama-max$MAX.json" "$OUT/rillm-max$MAX.json" \
+  --label llama-server --label rillm --format markdown > "$OUT/compare-max$MAX.md"
