@@ -309,13 +309,7 @@ impl Engine {
     /// Text of `tokens`, decoded as one piece; ids outside the vocabulary are refused
     /// (llama.cpp does not check them).
     pub fn detokenize(&self, tokens: &[u32]) -> Result<String, Rejected> {
-        let tokenizer = &self.inner.tokenizer;
-        check_vocabulary(tokens, tokenizer.vocab_size())?;
-        let mut bytes = Vec::new();
-        for &t in tokens {
-            tokenizer.append_token_bytes(t, &mut bytes);
-        }
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
+        detokenize_with(self.inner.tokenizer.as_ref(), tokens)
     }
 
     pub fn stats(&self) -> &EngineStats {
@@ -353,13 +347,24 @@ impl Engine {
 }
 
 /// llama.cpp does not check token ids: one outside the vocabulary reads past its tables.
-fn check_vocabulary(tokens: &[u32], vocab: u32) -> Result<(), Rejected> {
+pub(crate) fn check_vocabulary(tokens: &[u32], vocab: u32) -> Result<(), Rejected> {
     match tokens.iter().enumerate().find(|(_, &t)| t >= vocab) {
         Some((i, bad)) => Err(Rejected::InvalidRequest(format!(
             "token {bad} at index {i} is outside the vocabulary of {vocab} tokens"
         ))),
         None => Ok(()),
     }
+}
+
+/// Text of `tokens`, decoded as one piece, by `tokenizer`; ids outside its vocabulary are
+/// refused. Shared by the generating and the embedding engine.
+pub(crate) fn detokenize_with(tokenizer: &dyn Tokenizer, tokens: &[u32]) -> Result<String, Rejected> {
+    check_vocabulary(tokens, tokenizer.vocab_size())?;
+    let mut bytes = Vec::new();
+    for &t in tokens {
+        tokenizer.append_token_bytes(t, &mut bytes);
+    }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// `logit_bias` and `stop_token_ids` name tokens by id: each must be in the vocabulary
@@ -388,10 +393,7 @@ impl Inner {
         for request in self.queue.close() {
             request.finish_unstarted(FinishReason::Cancelled, None);
         }
-        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(thread) = thread {
-            let _ = thread.join();
-        }
+        crate::supervise::join_engine_thread(&self.thread);
     }
 }
 

@@ -43,6 +43,14 @@ pub(crate) fn run_supervised_with<T>(
     stats.mark_dead();
 }
 
+/// Joins an engine's thread once (its queue closed first, so the loop ends).
+pub(crate) fn join_engine_thread(thread: &std::sync::Mutex<Option<std::thread::JoinHandle<()>>>) {
+    let thread = thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(thread) = thread {
+        let _ = thread.join();
+    }
+}
+
 fn panic_message(panic: &(dyn Any + Send)) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         (*s).to_string()

@@ -21,6 +21,7 @@ use rillm_backend::{
 };
 
 use crate::config::EngineConfig;
+use crate::engine::{check_vocabulary, detokenize_with};
 use crate::error::EngineError;
 use crate::queue::{PushError, WaitQueue};
 use crate::runtime::llama::LlamaModelHandle;
@@ -173,12 +174,8 @@ impl Embedder {
         let mut tokens = match input {
             EmbedInput::Text(text) => tokenizer.tokenize(text, true, false),
             EmbedInput::Tokens(tokens) => {
-                let vocab = tokenizer.vocab_size();
-                if let Some(bad) = tokens.iter().find(|&&t| t >= vocab) {
-                    return Err(input_error(format!(
-                        "input {index} holds token {bad}, outside the vocabulary of {vocab} tokens"
-                    )));
-                }
+                check_vocabulary(tokens, tokenizer.vocab_size())
+                    .map_err(|refused| input_error(format!("input {index}: {refused}")))?;
                 tokens.clone()
             }
             EmbedInput::Pair { query, document } => pair_tokens(tokenizer, query, document),
@@ -238,10 +235,7 @@ impl Inner {
         for job in self.queue.close() {
             job.fail("the engine is shutting down");
         }
-        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(thread) = thread {
-            let _ = thread.join();
-        }
+        crate::supervise::join_engine_thread(&self.thread);
     }
 }
 
@@ -266,14 +260,7 @@ impl rillm_backend::Backend for Embedder {
     }
 
     fn detokenize(&self, tokens: &[TokenId]) -> Result<String, Rejected> {
-        let tokenizer = self.inner.model.as_ref();
-        let vocab = tokenizer.vocab_size();
-        if let Some(bad) = tokens.iter().find(|&&t| t >= vocab) {
-            return Err(Rejected::InvalidRequest(format!("token {bad} is outside the vocabulary of {vocab} tokens")));
-        }
-        let mut bytes = Vec::new();
-        tokens.iter().for_each(|&t| tokenizer.append_token_bytes(t, &mut bytes));
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
+        detokenize_with(self.inner.model.as_ref(), tokens)
     }
 
     fn model_name(&self) -> &str {
