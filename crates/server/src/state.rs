@@ -63,12 +63,7 @@ impl AppState {
     /// Serves several models, loaded as requests name them; ready at once.
     pub fn set_models(&self, models: Arc<ModelRegistry>) {
         let _ = self.shared.models.set(models);
-        let _ = self.shared.phase.compare_exchange(
-            Phase::Loading as u8,
-            Phase::Ready as u8,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        );
+        self.mark_ready();
     }
 
     pub fn models(&self) -> Option<&Arc<ModelRegistry>> {
@@ -97,13 +92,13 @@ impl AppState {
 
     pub fn set_backend(&self, backend: Arc<dyn Backend>) {
         let _ = self.shared.backend.set(backend);
-        // Never leave Draining for Ready: a shutdown during load must stick.
-        let _ = self.shared.phase.compare_exchange(
-            Phase::Loading as u8,
-            Phase::Ready as u8,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        );
+        self.mark_ready();
+    }
+
+    /// Loading → Ready; never Draining → Ready: a shutdown during load must stick.
+    fn mark_ready(&self) {
+        let (loading, ready) = (Phase::Loading as u8, Phase::Ready as u8);
+        let _ = self.shared.phase.compare_exchange(loading, ready, Ordering::SeqCst, Ordering::SeqCst);
     }
 
     pub fn begin_draining(&self) {

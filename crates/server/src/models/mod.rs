@@ -10,7 +10,6 @@
 
 mod entry;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -60,14 +59,12 @@ pub struct ModelRegistry {
     loader: Arc<dyn ModelLoader>,
     limits: ModelLimits,
     clock: Instant,
-    loads: AtomicU64,
-    unloads: AtomicU64,
 }
 
 impl ModelRegistry {
     pub fn new(specs: Vec<ModelSpec>, loader: Arc<dyn ModelLoader>, limits: ModelLimits) -> Self {
         let entries = specs.into_iter().map(|spec| Arc::new(ModelEntry::new(spec))).collect();
-        Self { entries, loader, limits, clock: Instant::now(), loads: AtomicU64::new(0), unloads: AtomicU64::new(0) }
+        Self { entries, loader, limits, clock: Instant::now() }
     }
 
     /// The model a request names (or, with one model only, the one it need not name).
@@ -128,7 +125,6 @@ impl ModelRegistry {
                 Err(reason) => tracing::error!(model = %entry.spec.name, %reason, "model failed to load"),
             }
             crate::metrics::record_model_load(&entry.spec.name, loaded.is_ok(), seconds);
-            registry.loads.fetch_add(1, Ordering::Relaxed);
             entry.finish_load(loaded, registry.now_ms());
             registry.make_room(&entry);
         });
@@ -170,7 +166,6 @@ impl ModelRegistry {
     fn unload_entry(&self, entry: &ModelEntry) -> bool {
         let unloaded = entry.unload();
         if unloaded {
-            self.unloads.fetch_add(1, Ordering::Relaxed);
             crate::metrics::record_model_unload(&entry.spec.name);
         }
         unloaded
