@@ -5,6 +5,7 @@
 pub mod checks;
 pub mod compare;
 pub mod context;
+pub mod groups;
 pub mod limits;
 pub mod result;
 pub mod slo;
