@@ -1,5 +1,7 @@
 use std::path::PathBuf;
 
+use crate::kv::kept_prefixes::KeptPrefixes;
+
 /// Everything the engine needs to start. Sizes are in tokens.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -58,6 +60,20 @@ pub struct EngineConfig {
     /// then depends on the requests alone, not on this machine's timing, so greedy
     /// requests sent one at a time repeat token for token across runs and builds.
     pub fixed_step_prices: bool,
+    /// What this engine takes over from earlier ones instead of measuring or computing it again.
+    pub inherit: Inherited,
+}
+
+/// What an engine takes over from earlier ones: a machine's measured verdicts, a model's
+/// saved prefixes.
+#[derive(Debug, Clone, Default)]
+pub struct Inherited {
+    /// Where verdicts measured on this machine (the start-up widening probe's) are kept
+    /// across processes (`runtime::widening_verdicts`); `None`: in this process only.
+    pub measurements_dir: Option<PathBuf>,
+    /// The model's prefix cache, kept across its engines' stops (`KeptPrefixes`); `None`:
+    /// an engine starts with an empty one and drops it when it stops.
+    pub prefixes: Option<KeptPrefixes>,
 }
 
 /// How tokens are drafted for speculative decoding.
@@ -93,6 +109,7 @@ impl EngineConfig {
             tpot_slo_ms: None,
             spec_max_slowdown: DEFAULT_SPEC_MAX_SLOWDOWN,
             fixed_step_prices: false,
+            inherit: Inherited::default(),
         }
     }
 

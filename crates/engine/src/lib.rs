@@ -43,16 +43,17 @@ mod stats;
 mod supervise;
 
 pub use chat::ChatTemplate;
-pub use config::{EngineConfig, Speculative, DEFAULT_HOST_CACHE_MIB};
+pub use config::{EngineConfig, Inherited, Speculative, DEFAULT_HOST_CACHE_MIB};
 pub use embedding::{Embedder, Pooling};
 pub use engine::Engine;
 pub use error::EngineError;
+pub use kv::kept_prefixes::KeptPrefixes;
 pub use logits::logit_adjust::LogitAdjust;
 pub use queue::{PushError, WaitQueue};
 pub use request::text_stream::{TextPiece, TextStream};
 pub use runtime::{BatchToken, Executor, RuntimeError, Tokenizer};
 pub use serve_backend::start_backend;
-pub use stats::{EngineStats, STALL_AFTER};
+pub use stats::{EngineStats, HostCacheCounts, STALL_AFTER};
 
 // The request, event and statistics types are the backend seam's; callers of the engine
 // alone (the CLI, benchmarks, tests) find them here too.

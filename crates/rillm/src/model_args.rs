@@ -120,6 +120,9 @@ impl ModelArgs {
         config.gpu_layers = self.gpu_layers;
         config.prefix_caching = !self.no_prefix_cache;
         config.host_cache_bytes = self.prefix_cache_mib.saturating_mul(1 << 20);
+        // Beside the models: what the start-up probe measured here, so it runs once per
+        // model, CPU and thread count, not at every start or load.
+        config.inherit.measurements_dir = rillm_models::cache_dir().ok();
         config.speculative = match (self.speculative, &self.draft_model) {
             (Some(SpeculativeArg::Draft), None) => anyhow::bail!("--speculative draft needs --draft-model FILE"),
             (Some(SpeculativeArg::Off | SpeculativeArg::Ngram), Some(_)) => {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rillm_engine::{EngineConfig, Pooling};
+use rillm_engine::{EngineConfig, KeptPrefixes, Pooling};
 use rillm_server::{Backend, ModelLimits, ModelLoader, ModelSpec};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -92,11 +92,21 @@ impl ModelsArgs {
     }
 }
 
-/// Starts a model's engine with the serve flags, its own file, and the task its GGUF says.
+/// Starts a model's engine with the serve flags, its own file, and the task its GGUF says;
+/// keeps each model's prefix cache across its unloads (`KeptPrefixes`), for as long as the
+/// server runs.
 pub struct EngineLoader {
-    pub base: EngineConfig,
-    pub paths: HashMap<String, PathBuf>,
-    pub pooling: Option<Pooling>,
+    base: EngineConfig,
+    paths: HashMap<String, PathBuf>,
+    pooling: Option<Pooling>,
+    kept: HashMap<String, KeptPrefixes>,
+}
+
+impl EngineLoader {
+    pub fn new(base: EngineConfig, paths: HashMap<String, PathBuf>, pooling: Option<Pooling>) -> Self {
+        let kept = paths.keys().map(|name| (name.clone(), KeptPrefixes::default())).collect();
+        Self { base, paths, pooling, kept }
+    }
 }
 
 impl ModelLoader for EngineLoader {
@@ -105,6 +115,7 @@ impl ModelLoader for EngineLoader {
         let path = crate::model_args::resolve_model(path).map_err(|e| e.to_string())?;
         let mut config = self.base.clone();
         config.model_path = path;
+        config.inherit.prefixes = self.kept.get(name).cloned();
         rillm_engine::start_backend(config, self.pooling).map_err(|e| e.to_string())
     }
 }

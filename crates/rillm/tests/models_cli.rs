@@ -87,3 +87,33 @@ fn the_bench_mixes_models_and_reports_each() {
         assert!(request["model"] == "chat" || request["model"] == "chat2", "{request}");
     }
 }
+
+/// `--models-max 1`: every switch unloads the other model; the one swapped back answers a
+/// recurring prompt from the prefix cache its last engine left (`KeptPrefixes`), and the
+/// restored state gives the same greedy reply as the first computation.
+#[test]
+fn a_swapped_back_model_answers_a_recurring_prompt_from_its_kept_prefix_cache() {
+    let _g = serial();
+    let (one, two) = (format!("chat={}", model().display()), format!("chat2={}", model().display()));
+    let args = ["--model", &one, "--model", &two, "--models-max", "1", "--max-running", "2"];
+    let server = Server::start(std::path::Path::new(BIN), &args);
+    let prompt = "The history of the lighthouse keepers of the northern coast, told year by year: ".repeat(12);
+    let ask = |name: &str| {
+        let body = serde_json::json!({"model": name, "prompt": prompt, "max_tokens": 8, "temperature": 0});
+        let response = http(server.port, "POST", "/v1/completions", &body.to_string());
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+        serde_json::from_str::<serde_json::Value>(body).expect("a JSON body")
+    };
+    let first = ask("chat");
+    assert_eq!(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0, "{first}");
+    ask("chat2");
+    let status = |name: &str| statuses(server.port).into_iter().find(|(n, _)| n == name).map(|(_, s)| s);
+    assert_eq!(status("chat").as_deref(), Some("unloaded"), "chat2's load unloaded chat");
+
+    let again = ask("chat");
+    let prompt_tokens = again["usage"]["prompt_tokens"].as_u64().expect("prompt tokens");
+    let cached = again["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().expect("cached tokens");
+    assert!(prompt_tokens > 150 && cached + 16 >= prompt_tokens, "cached {cached} of {prompt_tokens}: {again}");
+    assert_eq!(again["choices"][0]["text"], first["choices"][0]["text"], "the restored state computes the same reply");
+}

@@ -132,11 +132,7 @@ impl<S> HostCache<S> {
         for id in superseded {
             self.remove(id);
         }
-        while self.bytes + bytes > self.budget_bytes {
-            let Some(oldest) = self.entries.iter().min_by_key(|(_, e)| e.last_used).map(|(&id, _)| id) else { break };
-            self.remove(oldest);
-            self.evictions += 1;
-        }
+        self.evict_until_fits(bytes);
         self.clock += 1;
         let id = self.next_id;
         self.next_id += 1;
@@ -147,6 +143,22 @@ impl<S> HostCache<S> {
         self.bytes += bytes;
         self.saves += 1;
         true
+    }
+
+    /// Sets the budget, evicting the least recently used entries down to it (a cache kept
+    /// from an engine that had a larger one: `kept_prefixes`).
+    pub fn set_budget(&mut self, budget_bytes: usize) {
+        self.budget_bytes = budget_bytes;
+        self.evict_until_fits(0);
+    }
+
+    /// Evicts the least recently used entries until `extra` more bytes fit the budget.
+    fn evict_until_fits(&mut self, extra: usize) {
+        while self.bytes + extra > self.budget_bytes {
+            let Some(oldest) = self.entries.iter().min_by_key(|(_, e)| e.last_used).map(|(&id, _)| id) else { break };
+            self.remove(oldest);
+            self.evictions += 1;
+        }
     }
 
     fn remove(&mut self, id: u64) {
@@ -219,5 +231,8 @@ mod tests {
         assert!(c.lookup(&toks(0..16)).is_some());
         assert!(!c.insert(toks(300..316), 'd', 251), "larger than the whole budget");
         assert!(c.counts().bytes <= 250);
+        c.set_budget(150);
+        assert_eq!((c.counts().entries, c.counts().bytes), (1, 100), "a smaller budget evicts down to it");
+        assert!(c.lookup(&toks(200..216)).is_some(), "keeping the most recently used");
     }
 }

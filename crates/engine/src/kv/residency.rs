@@ -9,6 +9,7 @@
 use std::collections::HashSet;
 
 use crate::kv::host_cache::{block_hashes, HostCache};
+use crate::kv::kept_prefixes::Lease;
 use crate::kv::prefix_index::{reusable, PrefixCache};
 use crate::request::sequence::Sequence;
 use crate::runtime::{Executor, TokenId};
@@ -49,6 +50,8 @@ pub(crate) struct KvResidency<S> {
     copy_pending: Vec<Option<CopyEnd>>,
     /// What the slots or the host tier hold changed since `take_changed` last said so.
     changed: bool,
+    /// Where the host tier goes when the engine stops (`kv::kept_prefixes`).
+    kept: Option<Lease<S>>,
 }
 
 impl<S> KvResidency<S> {
@@ -62,6 +65,41 @@ impl<S> KvResidency<S> {
             host_budget,
             copy_pending: vec![None; slots],
             changed: false,
+            kept: None,
+        }
+    }
+
+    /// Starts the host tier from `cache` (what the model's last engine left), if any, and
+    /// hands the tier back through `lease` at [`KvResidency::hand_back`].
+    pub fn keeping(&mut self, lease: Lease<S>, cache: Option<HostCache<S>>, stats: &EngineStats) {
+        if let (Some(host), Some(mut cache)) = (self.host.as_mut(), cache) {
+            cache.set_budget(self.host_budget);
+            tracing::info!(
+                entries = cache.counts().entries,
+                bytes = cache.counts().bytes,
+                "prefix cache kept from the model's last engine"
+            );
+            *host = cache;
+            stats.set_host_cache(self.host_budget, host.counts());
+            self.changed = true;
+        }
+        self.kept = Some(lease);
+    }
+
+    /// The engine is stopping (nothing runs): what idle slots hold is saved to the host
+    /// tier, and the tier handed to the keeper for the model's next engine.
+    pub fn hand_back<E: Executor<Snapshot = S>>(&mut self, executor: &mut E, stats: &EngineStats, slots: &Slots) {
+        let Some(lease) = self.kept.take() else { return };
+        for slot in (0..slots.len()).filter(|&s| slots[s].is_none()) {
+            self.preserve(executor, stats, slot, 0);
+        }
+        if let Some(cache) = self.host.take() {
+            tracing::info!(
+                entries = cache.counts().entries,
+                bytes = cache.counts().bytes,
+                "prefix cache kept for the model's next engine"
+            );
+            lease.hand_back(cache);
         }
     }
 

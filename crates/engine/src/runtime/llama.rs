@@ -1,8 +1,8 @@
 //! The llama.cpp backend, through the `llama-cpp-2` crate.
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::path::Path;
+use std::sync::Arc;
 
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
@@ -25,6 +25,7 @@ use crate::runtime::attention_cost::{
 };
 use crate::runtime::llama_context::{backend, slot_context_params};
 use crate::runtime::llama_draft::DraftContext;
+use crate::runtime::widening_verdicts::widening_verdict;
 use crate::runtime::{BatchToken, DraftWant, Executor, RuntimeError, TokenId, Tokenizer};
 use rillm_backend::SamplingParams;
 use toktrie::{SimpleVob, TokEnv, TokTrie, TokenizerEnv};
@@ -257,29 +258,6 @@ fn chain_sample(chain: &mut LlamaSampler, logits: &[f32], mask: Option<&SimpleVo
     token as TokenId
 }
 
-/// What the widening probe found, per model file and thread count, for this process.
-type WideningVerdicts = Vec<((PathBuf, usize), bool)>;
-
-/// The probe's verdicts so far: the same model on the same CPU threads gets the same answer,
-/// so an engine started again in one process (a restart after a failure, a test suite's
-/// many engines) does not spend another ~2 s on it.
-static WIDENING_VERDICTS: Mutex<WideningVerdicts> = Mutex::new(Vec::new());
-
-/// Whether to widen, probing only the first time this model and thread count start here.
-fn widening_verdict(
-    config: &EngineConfig,
-    probe: impl FnOnce() -> Result<bool, EngineError>,
-) -> Result<bool, EngineError> {
-    let key = (config.model_path.clone(), config.threads);
-    let verdicts = || WIDENING_VERDICTS.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some((_, widen)) = verdicts().iter().find(|(k, _)| *k == key) {
-        return Ok(*widen);
-    }
-    let widen = probe()?;
-    verdicts().push((key, widen));
-    Ok(widen)
-}
-
 /// Times, on slot 0 of a fresh context, a chat turn's prefill behind its history narrow and
 /// widened (`attention_cost`: whether widening pays depends on the CPU), the fastest of
 /// `PROBE_RUNS` each, and leaves the slot empty. ~2 s at start on two cores, most of it the
@@ -475,34 +453,5 @@ impl Executor for LlamaExecutor<'_> {
 
     fn draft_pass_ms(&self) -> Option<f64> {
         self.draft.as_ref().map(DraftContext::pass_ms)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::cell::Cell;
-
-    #[test]
-    fn the_widening_probe_runs_once_per_model_and_thread_count() {
-        let probes = Cell::new(0);
-        let probe = |verdict: bool| {
-            probes.set(probes.get() + 1);
-            Ok(verdict)
-        };
-        let mut config = EngineConfig::new("/nonexistent/probe-once.gguf");
-        config.threads = 2;
-        assert!(widening_verdict(&config, || probe(true)).expect("probed"));
-        // Started again: the first verdict stands, not probed again.
-        assert!(widening_verdict(&config, || probe(false)).expect("remembered"));
-        assert_eq!(probes.get(), 1);
-        config.threads = 3;
-        assert!(!widening_verdict(&config, || probe(false)).expect("probed"));
-        assert_eq!(probes.get(), 2, "other threads, another probe");
-        // A failed probe leaves no verdict behind.
-        config.threads = 4;
-        assert!(widening_verdict(&config, || Err(EngineError::Backend("no context".into()))).is_err());
-        assert!(widening_verdict(&config, || probe(true)).expect("probed"));
-        assert_eq!(probes.get(), 3);
     }
 }

@@ -2,7 +2,8 @@
 //! llama.cpp executor (`llama`) with its context (`llama_context`) and a draft model's
 //! (`llama_draft`), and the facts of llama.cpp's kernels that shape what a step costs
 //! (`attention_cost`: when a wider prefill is cheaper; `ubatch_passes`: how a batch is cut
-//! into passes over the weights). Nothing here decides what runs: that is the scheduler's.
+//! into passes over the weights; `widening_verdicts`: what the start-up probe found, kept per
+//! model, keyed by `model_fingerprint`). Nothing here decides what runs: that is the scheduler's.
 //!
 //! Two traits because the two halves live on different threads: a [`Tokenizer`] is shared
 //! by every caller (tokenizing at `submit` keeps that work off the engine thread and lets
@@ -13,7 +14,9 @@ pub(crate) mod attention_cost;
 pub(crate) mod llama;
 pub(crate) mod llama_context;
 pub(crate) mod llama_draft;
+pub(crate) mod model_fingerprint;
 pub(crate) mod ubatch_passes;
+pub(crate) mod widening_verdicts;
 
 use crate::chat::ChatTemplate;
 use rillm_backend::SamplingParams;

@@ -19,6 +19,7 @@ use std::time::Duration;
 use crate::cost::step_costs::StepCostModel;
 use crate::cost::wait_forecast::{Forecast, WaitForecaster};
 use crate::cost::Costs;
+use crate::kv::kept_prefixes::KeptPrefixes;
 use crate::kv::residency::KvResidency;
 use crate::queue::WaitQueue;
 use crate::request::pending::PendingRequest;
@@ -40,6 +41,10 @@ mod layout;
 mod phases;
 mod release;
 mod running;
+
+/// How long a starting engine waits for the model's previous one to hand back the prefix
+/// cache it keeps (`keeping`): that one may be draining its last requests.
+const PREVIOUS_ENGINE_WAIT: Duration = Duration::from_secs(5);
 
 /// How long an idle engine sleeps before refreshing its heartbeat.
 const IDLE_WAKE: Duration = Duration::from_millis(500);
@@ -148,7 +153,16 @@ impl<E: Executor> Scheduler<E> {
             self.publish(true);
         }
         self.cancel_all();
+        self.kv.hand_back(&mut self.executor, &self.stats, &self.running);
         self.publish(false);
+    }
+
+    /// Starts from the prefix cache `kept` holds for this model and leaves its own there
+    /// when it stops (`kv::kept_prefixes`).
+    pub fn keeping(mut self, kept: &KeptPrefixes<E::Snapshot>, fingerprint: String) -> Self {
+        let (lease, cache) = kept.lease(fingerprint, PREVIOUS_ENGINE_WAIT);
+        self.kv.keeping(lease, cache, &self.stats);
+        self
     }
 
     /// One step, as its phases: propose, plan, decode, verify (which releases what ends).
