@@ -173,35 +173,52 @@ async fn a_model_that_fails_to_load_is_reported_and_the_others_serve() {
     assert_eq!(health.status(), 200, "a failed model does not take the server down");
 }
 
-/// With room for one model, the next model's load unloads the idle one, never one with a
-/// stream in flight; an explicit unload lets the stream finish on its engine.
+/// With room for one model, the next model's load waits while the loaded one streams
+/// (never past `--models-max`, never cutting the stream), then unloads it once idle; an
+/// explicit unload lets a stream finish on its engine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unloading_never_cuts_a_stream_and_models_max_spares_a_busy_model() {
-    let server = Server::start(Some(1)).await;
-    let mut body = chat("chat", 120);
-    body["stream"] = json!(true);
-    body["ignore_eos"] = json!(true);
-    let stream = server.post("/v1/chat/completions", body).await;
+async fn unloading_never_cuts_a_stream_and_models_max_waits_for_a_busy_model() {
+    let server = Arc::new(Server::start(Some(1)).await);
+    let stream_chat = |max_tokens: u32| {
+        let mut body = chat("chat", max_tokens);
+        body["stream"] = json!(true);
+        body["ignore_eos"] = json!(true);
+        let server = Arc::clone(&server);
+        async move { server.post("/v1/chat/completions", body).await }
+    };
+    let stream = stream_chat(120).await;
     assert_eq!(stream.status(), 200);
-    // Loading the embedding model needs room, but the chat model is busy: it stays.
-    assert_eq!(server.post("/v1/embeddings", json!({"model": "embed", "input": "x"})).await.status(), 200);
+    // Loading the embedding model needs room, but the chat model is busy: the load waits.
+    let embedding = tokio::spawn({
+        let server = Arc::clone(&server);
+        async move { server.post("/v1/embeddings", json!({"model": "embed", "input": "x"})).await.status() }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(server.status("chat").await, "loaded");
-    // Asked to unload, it lets go at once, and the stream still runs to its end.
+    assert_eq!(server.status("embed").await, "loading");
+    assert!(streamed_text(stream).await.split_whitespace().count() > 20, "the stream ran to its end");
+    assert_eq!(embedding.await.unwrap(), 200, "answered once the chat model went idle");
+    assert_eq!(server.status("chat").await, "unloaded");
+
+    // Asked to unload mid-stream, a model lets go at once, and the stream still runs to its end.
+    let stream = stream_chat(120).await;
+    assert_eq!(stream.status(), 200);
+    assert_eq!(server.status("embed").await, "unloaded", "room for one");
     let unloaded = server.post("/models/unload", json!({"model": "chat"})).await;
     assert_eq!(unloaded.status(), 200);
     assert_eq!(server.status("chat").await, "unloaded");
+    assert!(streamed_text(stream).await.split_whitespace().count() > 20, "120 tokens came");
+}
+
+/// The text of a chat stream, checked to end with `[DONE]`.
+async fn streamed_text(stream: reqwest::Response) -> String {
     let events = rillm_test_support::read_sse(stream).await;
-    let text: String = events
+    assert!(events.last().is_some_and(|e| e.data == "[DONE]"), "the stream ended properly");
+    events
         .iter()
         .filter(|e| e.data != "[DONE]")
         .filter_map(|e| e.json()["choices"][0]["delta"]["content"].as_str().map(str::to_string))
-        .collect();
-    assert!(events.last().is_some_and(|e| e.data == "[DONE]"), "the stream ended properly");
-    assert!(text.split_whitespace().count() > 20, "120 tokens came: {text:?}");
-    // Idle now: loading chat again unloads the embedding model (room for one).
-    let loaded = server.post("/models/load", json!({"model": "chat"})).await;
-    assert_eq!(loaded.status(), 200);
-    assert_eq!(server.status("embed").await, "unloaded");
+        .collect()
 }
 
 fn rss_bytes() -> u64 {

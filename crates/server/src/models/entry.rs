@@ -44,6 +44,18 @@ pub(super) struct ModelEntry {
     last_used_ms: AtomicU64,
     /// Requests bound to it now ([`BoundModel`]s alive).
     in_flight: Arc<AtomicUsize>,
+    /// Requests waiting in `acquire` for it: a model just loaded for them is theirs, not
+    /// the next load's victim before they bind.
+    waiting: AtomicUsize,
+}
+
+/// A request counted as waiting for its model while this lives.
+pub(super) struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// What binding a request to a model found.
@@ -63,7 +75,14 @@ impl ModelEntry {
             changed: Notify::new(),
             last_used_ms: AtomicU64::new(0),
             in_flight: Arc::new(AtomicUsize::new(0)),
+            waiting: AtomicUsize::new(0),
         }
+    }
+
+    /// Counts the caller as waiting for this model until the guard drops.
+    pub(super) fn wait_for(&self) -> Waiting<'_> {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        Waiting(&self.waiting)
     }
 
     fn slot(&self) -> MutexGuard<'_, Slot> {
@@ -97,6 +116,17 @@ impl ModelEntry {
             Ok(backend) => Slot::Loaded(backend),
             Err(reason) => Slot::Failed(reason),
         };
+        self.changed.notify_waiters();
+    }
+
+    /// A load given up before it began (no room came within `--load-timeout`): unloaded
+    /// again, so the next request tries anew.
+    pub(super) fn abandon_load(&self) {
+        let mut slot = self.slot();
+        if matches!(*slot, Slot::Loading) {
+            *slot = Slot::Unloaded;
+        }
+        drop(slot);
         self.changed.notify_waiters();
     }
 
@@ -136,13 +166,16 @@ impl ModelEntry {
         }
     }
 
-    pub(super) fn is_loaded_or_loading(&self) -> bool {
-        matches!(*self.slot(), Slot::Loaded(_) | Slot::Loading)
+    pub(super) fn is_loaded(&self) -> bool {
+        matches!(*self.slot(), Slot::Loaded(_))
     }
 
-    /// Loaded, not pinned, and no request uses it.
+    /// Loaded, not pinned, and no request uses it or waits for it.
     pub(super) fn is_evictable(&self) -> bool {
-        !self.spec.pinned && matches!(*self.slot(), Slot::Loaded(_)) && self.in_flight.load(Ordering::SeqCst) == 0
+        !self.spec.pinned
+            && self.is_loaded()
+            && self.in_flight.load(Ordering::SeqCst) == 0
+            && self.waiting.load(Ordering::SeqCst) == 0
     }
 
     pub(super) fn last_used_ms(&self) -> u64 {

@@ -54,17 +54,24 @@ pub struct ModelLimits {
     pub idle_unload: Option<Duration>,
 }
 
+/// How often a load waiting for room looks again.
+const ROOM_POLL: Duration = Duration::from_millis(20);
+
 pub struct ModelRegistry {
     entries: Vec<Arc<ModelEntry>>,
     loader: Arc<dyn ModelLoader>,
     limits: ModelLimits,
     clock: Instant,
+    /// Held by a load from making room to its end: loads run one at a time, so each one's
+    /// room is counted with the one before it loaded (two at once would each wait for the
+    /// other's room).
+    one_load: std::sync::Mutex<()>,
 }
 
 impl ModelRegistry {
     pub fn new(specs: Vec<ModelSpec>, loader: Arc<dyn ModelLoader>, limits: ModelLimits) -> Self {
         let entries = specs.into_iter().map(|spec| Arc::new(ModelEntry::new(spec))).collect();
-        Self { entries, loader, limits, clock: Instant::now() }
+        Self { entries, loader, limits, clock: Instant::now(), one_load: std::sync::Mutex::new(()) }
     }
 
     /// The model a request names (or, with one model only, the one it need not name).
@@ -89,6 +96,7 @@ impl ModelRegistry {
     /// same load), bound to the caller until the returned handle drops.
     pub async fn acquire(self: &Arc<Self>, requested: Option<&str>) -> Result<Arc<BoundModel>, ApiError> {
         let entry = Arc::clone(self.find(requested)?);
+        let _waiting = entry.wait_for();
         let deadline = tokio::time::Instant::now() + self.limits.load_timeout;
         loop {
             let changed = entry.changed.notified();
@@ -111,12 +119,17 @@ impl ModelRegistry {
         }
     }
 
-    /// Loads `entry` on the blocking pool, making room first (`--models-max`), and again
-    /// once it is loaded (a model busy then may be idle now).
+    /// Loads `entry` on the blocking pool, one load at a time, once there is room for it
+    /// (`--models-max`): if every other loaded model is busy or pinned, the load waits for
+    /// one to go idle, up to `--load-timeout`, rather than go past the limit.
     fn start_load(self: &Arc<Self>, entry: &Arc<ModelEntry>) {
-        self.make_room(entry);
         let (registry, entry) = (Arc::clone(self), Arc::clone(entry));
         tokio::task::spawn_blocking(move || {
+            let _one_load = registry.one_load.lock().unwrap_or_else(|p| p.into_inner());
+            if !registry.wait_for_room(&entry) {
+                entry.abandon_load();
+                return;
+            }
             let started = Instant::now();
             let loaded = registry.loader.load(&entry.spec.name);
             let seconds = started.elapsed().as_secs_f64();
@@ -126,34 +139,44 @@ impl ModelRegistry {
             }
             crate::metrics::record_model_load(&entry.spec.name, loaded.is_ok(), seconds);
             entry.finish_load(loaded, registry.now_ms());
-            registry.make_room(&entry);
         });
     }
 
-    /// Unloads least recently used idle, unpinned models other than `keep` (loading, or
-    /// just loaded: counted already) until the loaded ones fit under `--models-max`.
-    fn make_room(&self, keep: &Arc<ModelEntry>) {
-        let Some(max) = self.limits.max_loaded else { return };
+    /// Makes room for `entry` (`make_room`), polling while the loaded models are busy;
+    /// whether room came within `--load-timeout`.
+    fn wait_for_room(&self, entry: &Arc<ModelEntry>) -> bool {
+        let deadline = Instant::now() + self.limits.load_timeout;
+        let mut said = false;
+        while !self.make_room(entry) {
+            if Instant::now() >= deadline {
+                tracing::warn!(model = %entry.spec.name, "no loaded model went idle within --load-timeout: load given up");
+                return false;
+            }
+            if !std::mem::replace(&mut said, true) {
+                tracing::info!(model = %entry.spec.name, "the loaded models are busy or pinned: the load waits for one to go idle (--models-max)");
+            }
+            std::thread::sleep(ROOM_POLL);
+        }
+        true
+    }
+
+    /// Unloads least recently used idle, unpinned models other than `keep` until the loaded
+    /// ones and `keep` fit under `--models-max`; whether they do.
+    fn make_room(&self, keep: &Arc<ModelEntry>) -> bool {
+        let Some(max) = self.limits.max_loaded else { return true };
         loop {
-            let loaded = self.entries.iter().filter(|e| e.is_loaded_or_loading()).count();
-            if loaded <= max {
-                return;
+            let others = self.entries.iter().filter(|e| !Arc::ptr_eq(e, keep) && e.is_loaded()).count();
+            if others < max.max(1) {
+                return true;
             }
             let victim = self
                 .entries
                 .iter()
                 .filter(|e| !Arc::ptr_eq(e, keep) && e.is_evictable())
                 .min_by_key(|e| e.last_used_ms());
-            match victim {
-                Some(victim) => {
-                    tracing::info!(model = %victim.spec.name, for_model = %keep.spec.name, "unloading to make room");
-                    self.unload_entry(victim);
-                }
-                None => {
-                    tracing::warn!(model = %keep.spec.name, max, loaded, "the other loaded models are busy or pinned: past --models-max until one is idle");
-                    return;
-                }
-            }
+            let Some(victim) = victim else { return false };
+            tracing::info!(model = %victim.spec.name, for_model = %keep.spec.name, "unloading to make room");
+            self.unload_entry(victim);
         }
     }
 

@@ -86,6 +86,39 @@ async fn models_max_unloads_the_least_recently_used_idle_model_never_a_busy_one(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_idle_model_to_unload_a_load_waits_for_one_and_never_goes_past_models_max() {
+    let (registry, loader) = registry(&["a", "b"], Some(1));
+    let busy = registry.acquire(Some("a")).await.expect("a");
+    let waiting = tokio::spawn({
+        let registry = Arc::clone(&registry);
+        async move { registry.acquire(Some("b")).await.map(drop) }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(status(&registry, "a"), ModelStatus::Loaded, "in use: not unloaded");
+    assert_eq!(status(&registry, "b"), ModelStatus::Loading, "waiting for room, not loaded beside it");
+    assert_eq!(loader.loads.lock().unwrap().len(), 1);
+    drop(busy);
+    waiting.await.expect("joined").expect("b, once a went idle");
+    assert_eq!(status(&registry, "a"), ModelStatus::Unloaded);
+    assert_eq!(status(&registry, "b"), ModelStatus::Loaded);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_load_that_finds_no_room_within_the_load_timeout_is_a_503_and_tried_again_later() {
+    let loader = Arc::new(Loader::default());
+    let limits = ModelLimits { max_loaded: Some(1), load_timeout: Duration::from_millis(300), idle_unload: None };
+    let registry = Arc::new(ModelRegistry::new(vec![spec("a"), spec("b")], loader.clone(), limits));
+    let busy = registry.acquire(Some("a")).await.expect("a");
+    let Err(refused) = registry.acquire(Some("b")).await else { panic!("b loaded with no room") };
+    assert_eq!(refused.status, axum::http::StatusCode::SERVICE_UNAVAILABLE);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(status(&registry, "b"), ModelStatus::Unloaded, "the load was given up");
+    drop(busy);
+    drop(registry.acquire(Some("b")).await.expect("b, with room now"));
+    assert_eq!(status(&registry, "a"), ModelStatus::Unloaded);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pinned_model_is_never_unloaded_to_make_room() {
     let (registry, _) = registry(&["pinned", "b", "c"], Some(2));
     drop(registry.acquire(Some("pinned")).await.expect("pinned"));
