@@ -4,7 +4,11 @@
 # yet; `max_tokens: 1`), on rillm (`--model NAME=PATH` twice, `chat` preloaded and waited
 # for) and on llama-server's router mode (`--models-dir`), RUNS times each, alternating.
 #
-#   LLAMA_SERVER=/path/to/llama-server [RUNS=3] scripts/compare-cold-load.sh
+#   LLAMA_SERVER=/path/to/llama-server [RUNS=3] [RILLM_FLAGS=...] scripts/compare-cold-load.sh
+#
+# RILLM_FLAGS: e.g. `--max-running 4` gives rillm the KV cells llama-server's default has
+# (4 slots × 2,048 = 8,192; llama-server: 4 slots in one unified 8,192-cell cache). rillm's
+# default (16 × 2,048) allocates and clears four times that at each load.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${LLAMA_SERVER:?set LLAMA_SERVER to a llama-server binary}"
@@ -21,7 +25,8 @@ first_answer() { # port
     -H 'content-type: application/json' -d "$REQUEST"
 }
 for run in $(seq "$RUNS"); do
-  ./target/release/rillm serve --port 18797 --threads "$THREADS" \
+  # shellcheck disable=SC2086 # RILLM_FLAGS is a list of flags
+  ./target/release/rillm serve --port 18797 --threads "$THREADS" ${RILLM_FLAGS:-} \
     --model "chat=$DIR/chat.gguf" --model "chat2=$DIR/chat2.gguf" >"$DIR/rillm.log" 2>&1 &
   pid=$!
   for _ in $(seq 300); do curl -s http://127.0.0.1:18797/v1/models | grep -q '"loaded"' && break; sleep 0.1; done
