@@ -17,7 +17,7 @@ use crate::results::result::{self, BenchResult, LoadDescription, LoadMode, RunFa
 use crate::results::slo::Calibration;
 use crate::run::plan::{Amount, LevelPlan, Load};
 use crate::run::saved_sessions::SessionRecorder;
-use crate::run::{self as run_stage, client, server_metrics, shard, targets};
+use crate::run::{self as run_stage, client, model_status, server_metrics, shard, targets};
 use crate::workload::spec::{BodyOptions, PromptSpec, RequestSpec};
 use crate::workload::{self, tokens, tools, Workload};
 
@@ -297,11 +297,20 @@ async fn run_level(
         }
     };
     let spec_before = scrape().await;
+    let watch = (args.model_mix.is_some() && !args.no_server_metrics).then(|| watch_models(args, setup, &origins));
     let mut outcome = run_stage::run_level(&setup.client, plan).await;
+    let model_polls = match watch {
+        Some((stop, polls)) => {
+            let _ = stop.send(());
+            polls.await.unwrap_or_default()
+        }
+        None => Vec::new(),
+    };
     let spec_after = scrape().await;
     if let Some(counter) = &setup.output_counter {
         estimate_output_tokens(counter, &mut outcome.records);
     }
+    let model_loads = model_status::load_waits(&model_polls, &outcome.records);
     let mut result = result::build(RunFacts {
         url: setup.url.clone(),
         urls: args.url.clone(),
@@ -323,7 +332,22 @@ async fn run_level(
         },
     });
     result.speculation = server_metrics::SpeculationSummary::between(spec_before, spec_after);
+    result.model_loads = model_loads;
     result
+}
+
+/// Polls the (first) server's model list through a level (`--model-mix`): which requests
+/// waited on a model's load. Stopped by the sender.
+fn watch_models(
+    args: &BenchArgs,
+    setup: &Setup,
+    origins: &[String],
+) -> (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<Vec<model_status::StatusPoll>>) {
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let origin = origins.first().cloned().unwrap_or_default();
+    let watch =
+        model_status::watch(setup.client.clone(), origin, args.api_key.clone(), std::time::Instant::now(), stopped);
+    (stop, tokio::spawn(watch))
 }
 
 fn level_plan(args: &BenchArgs, setup: &Setup, prepared: &Prepared, level: usize, load: Load) -> LevelPlan {

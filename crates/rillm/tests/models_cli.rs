@@ -86,6 +86,12 @@ fn the_bench_mixes_models_and_reports_each() {
     for request in result["requests"].as_array().unwrap() {
         assert!(request["model"] == "chat" || request["model"] == "chat2", "{request}");
     }
+    // chat2 was not loaded when the run began: its first requests waited on its load, and
+    // the server's model list, polled through the run, says so.
+    let loads = &result["model_loads"];
+    assert_eq!(loads["of"], 16, "{loads}");
+    assert!(loads["requests"].as_u64().is_some_and(|n| (1..16).contains(&n)), "{loads}");
+    assert!(loads["wait_ms"]["max"].as_f64().is_some_and(|ms| ms > 0.0), "{loads}");
 }
 
 /// `--models-max 1`: every switch unloads the other model; the one swapped back answers a

@@ -153,6 +153,19 @@ pub fn summary(levels: &[BenchResult]) -> String {
         for m in r.per_model.iter().flatten() {
             group_line(&mut out, &format!("model {}", m.model), &m.figures);
         }
+        if let Some(loads) = &r.model_loads {
+            let _ = writeln!(
+                out,
+                "  model loads: {} of {} requests waited on their model's load{}  (its /v1/models read every {} ms)",
+                loads.requests,
+                loads.of,
+                loads.wait_ms.as_ref().zip(loads.ttft_ms.as_ref()).map_or(String::new(), |(w, t)| format!(
+                    ", waiting p50 {:.0} ms  max {:.0} ms, their TTFT p50 {:.0} ms",
+                    w.p50, w.max, t.p50
+                )),
+                loads.polled_every_ms
+            );
+        }
         for t in r.per_target.iter().flatten() {
             group_line(&mut out, &format!("endpoint {}", t.url), t);
         }

@@ -302,6 +302,10 @@ pub struct BenchResult {
     /// Several models (`--model-mix`): each model's share and latencies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_model: Option<Vec<ModelSummary>>,
+    /// Several models: the requests that waited on a model's load, from the server's model
+    /// list polled during the run (`run::model_status`; servers that list load states).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_loads: Option<crate::run::model_status::LoadWaits>,
     pub client: ClientCheck,
     /// The notes in `limits` that describe the workload (how prompts were made), apart, so
     /// `bench merge` can carry them into the merged result.
@@ -509,6 +513,7 @@ pub fn build(facts: RunFacts) -> BenchResult {
             done.iter().filter_map(|r| Some((r.call_check?, r.round.unwrap_or(1), r.ttft_ms))),
         ),
         speculation: None,
+        model_loads: None,
         per_turn,
         sessions: facts.sessions,
         per_target,

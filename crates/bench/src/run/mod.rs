@@ -8,6 +8,7 @@
 
 pub mod calibrate;
 pub mod client;
+pub mod model_status;
 pub mod plan;
 pub mod saved_sessions;
 pub mod schedule;
