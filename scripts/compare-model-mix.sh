@@ -3,7 +3,13 @@
 # llama-server's router mode (`--models-dir`), the same GGUF twice (`chat`, `chat2`), a
 # 0.7/0.3 mix of Poisson arrivals (`rillm bench --model-mix`), one server at a time.
 #
-#   LLAMA_SERVER=/path/to/llama-server [LLAMA_ARGS=...] [MAX=2] [RATE=2] [REQUESTS=80] scripts/compare-model-mix.sh [OUT_DIR]
+#   LLAMA_SERVER=/path/to/llama-server [LLAMA_ARGS=...] [MAX=2] [RATE=2] [REQUESTS=80] [STATUS_MS=100] scripts/compare-model-mix.sh [OUT_DIR]
+#
+# STATUS_MS: the bench reads each server's /v1/models that often to count the requests
+# that waited on a load (`--model-status-ms`; off by default: llama-server's router served
+# fewer requests while read every 100 ms). Without it, the swaps are told from the order
+# the requests went out: the first request to a model after one to the other (with MAX=1,
+# every such switch is a swap) -- its TTFT and, on rillm, its prompt tokens found cached.
 #
 # MAX is both servers' --models-max: 2 keeps both models loaded; 1 makes every switch a
 # swap. Prompts recur (--distinct-prompts 8), so a server that kept a model's prefix cache
@@ -32,8 +38,17 @@ warm() { for m in chat2 chat; do
 bench() { # name
   ./target/release/rillm bench --url "http://127.0.0.1:$PORT/v1/completions" --model-mix chat:0.7,chat2:0.3 \
     --rate "$RATE" --requests "$REQUESTS" --input-tokens 200,50 --output-tokens 32 --distinct-prompts 8 \
-    --temperature 0 --output "$OUT/$1.json" > "$OUT/$1.txt"
+    --temperature 0 ${STATUS_MS:+--model-status-ms "$STATUS_MS"} --output "$OUT/$1.json" > "$OUT/$1.txt"
   grep -E '^  (offered|goodput|model|TTFT  )' "$OUT/$1.txt" | sed "s/^/$1 /"
+  python3 - "$OUT/$1.json" <<'PY' | sed "s/^/$1 /"
+import json, statistics, sys
+records = sorted(json.load(open(sys.argv[1]))["requests"], key=lambda r: r["sent_ms"])
+switched = [r for prev, r in zip(records, records[1:]) if r["model"] != prev["model"] and "ttft_ms" in r]
+if switched:
+    cached = sum(r.get("cached_tokens", 0) for r in switched) / max(1, sum(r.get("prompt_tokens", 0) for r in switched))
+    print(f"  first after a switch: {len(switched)} requests, TTFT p50 {statistics.median(r['ttft_ms'] for r in switched):.1f} ms,"
+          f" prompt tokens found cached {100 * cached:.0f} %")
+PY
 }
 
 ./target/release/rillm serve --port "$PORT" --threads "$THREADS" --max-running 4 --models-max "$MAX" \

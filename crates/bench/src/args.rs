@@ -199,6 +199,12 @@ pub struct BenchArgs {
     /// down per model.
     #[arg(long, conflicts_with = "model")]
     pub model_mix: Option<crate::workload::model_mix::ModelMix>,
+    /// With --model-mix: read the server's /v1/models every so many milliseconds through
+    /// the run, to count the requests that waited on their model's load (rillm's and
+    /// llama-server's router's load states). Off by default: the reads are requests too,
+    /// and llama-server's router served fewer requests while read every 100 ms.
+    #[arg(long, value_name = "MS", requires = "model_mix")]
+    pub model_status_ms: Option<u64>,
     /// Seeds the arrival process.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,

@@ -297,7 +297,8 @@ async fn run_level(
         }
     };
     let spec_before = scrape().await;
-    let watch = (args.model_mix.is_some() && !args.no_server_metrics).then(|| watch_models(args, setup, &origins));
+    let every = args.model_status_ms.filter(|&ms| ms > 0).map(std::time::Duration::from_millis);
+    let watch = every.map(|every| watch_models(args, setup, &origins, every));
     let mut outcome = run_stage::run_level(&setup.client, plan).await;
     let model_polls = match watch {
         Some((stop, polls)) => {
@@ -310,7 +311,7 @@ async fn run_level(
     if let Some(counter) = &setup.output_counter {
         estimate_output_tokens(counter, &mut outcome.records);
     }
-    let model_loads = model_status::load_waits(&model_polls, &outcome.records);
+    let model_loads = every.and_then(|every| model_status::load_waits(&model_polls, &outcome.records, every));
     let mut result = result::build(RunFacts {
         url: setup.url.clone(),
         urls: args.url.clone(),
@@ -336,17 +337,18 @@ async fn run_level(
     result
 }
 
-/// Polls the (first) server's model list through a level (`--model-mix`): which requests
-/// waited on a model's load. Stopped by the sender.
+/// Polls the (first) server's model list through a level (`--model-status-ms`): which
+/// requests waited on a model's load. Stopped by the sender.
 fn watch_models(
     args: &BenchArgs,
     setup: &Setup,
     origins: &[String],
+    every: std::time::Duration,
 ) -> (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<Vec<model_status::StatusPoll>>) {
     let (stop, stopped) = tokio::sync::oneshot::channel();
     let origin = origins.first().cloned().unwrap_or_default();
-    let watch =
-        model_status::watch(setup.client.clone(), origin, args.api_key.clone(), std::time::Instant::now(), stopped);
+    let target = model_status::Watched { client: setup.client.clone(), origin, api_key: args.api_key.clone() };
+    let watch = model_status::watch(target, every, std::time::Instant::now(), stopped);
     (stop, tokio::spawn(watch))
 }
 

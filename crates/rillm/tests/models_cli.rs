@@ -64,6 +64,8 @@ fn the_bench_mixes_models_and_reports_each() {
             &url,
             "--model-mix",
             "chat:0.5,chat2:0.5",
+            "--model-status-ms",
+            "100",
             "--requests",
             "16",
             "--concurrency",

@@ -7,8 +7,10 @@
 //! (vLLM and SGLang serve one model and say neither: no figure then). A request waited on
 //! a load when its model was not loaded as it went out, or went out of the list while it
 //! waited for its first token; the wait it saw runs from its send to the first poll that
-//! found the model loaded (bounded by its TTFT). Polled every [`POLL`]: loads shorter than
-//! that may go unseen, and the waits are that coarse.
+//! found the model loaded (bounded by its TTFT). Polled every `--model-status-ms`: loads
+//! shorter than that may go unseen, and the waits are that coarse. Off by default: the
+//! polls are requests to the server under test (llama-server's router served fewer of the
+//! run's requests while its list was read every 100 ms).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -17,9 +19,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::run::client::RequestRecord;
 use crate::stats::Distribution;
-
-/// How often the model list is read.
-pub const POLL: Duration = Duration::from_millis(100);
 
 /// The models the server listed at one moment: name → loaded.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,16 +40,23 @@ pub fn parse_statuses(body: &serde_json::Value) -> HashMap<String, bool> {
         .collect()
 }
 
-/// Polls `origin/v1/models` every [`POLL`] until `stop` fires; times from `started`.
+/// The server whose model list is read.
+pub struct Watched {
+    pub client: reqwest::Client,
+    pub origin: String,
+    pub api_key: Option<String>,
+}
+
+/// Polls `origin/v1/models` `every` so often until `stop` fires; times from `started`.
 pub async fn watch(
-    client: reqwest::Client,
-    origin: String,
-    api_key: Option<String>,
+    target: Watched,
+    every: Duration,
     started: Instant,
     mut stop: tokio::sync::oneshot::Receiver<()>,
 ) -> Vec<StatusPoll> {
+    let Watched { client, origin, api_key } = target;
     let mut polls = Vec::new();
-    let mut ticks = tokio::time::interval(POLL);
+    let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -90,7 +96,7 @@ pub struct LoadWaits {
 }
 
 /// What `polls` tell of `records`; `None` when the server listed no load states.
-pub fn load_waits(polls: &[StatusPoll], records: &[RequestRecord]) -> Option<LoadWaits> {
+pub fn load_waits(polls: &[StatusPoll], records: &[RequestRecord], every: Duration) -> Option<LoadWaits> {
     if polls.is_empty() {
         return None;
     }
@@ -102,7 +108,7 @@ pub fn load_waits(polls: &[StatusPoll], records: &[RequestRecord]) -> Option<Loa
         of: named.len(),
         wait_ms: Distribution::of(waited.iter().map(|w| w.0)),
         ttft_ms: Distribution::of(waited.iter().filter_map(|w| w.1)),
-        polled_every_ms: POLL.as_millis() as u64,
+        polled_every_ms: every.as_millis() as u64,
     })
 }
 
@@ -156,12 +162,13 @@ mod tests {
             sent("chat", 950.0, 1100.0), // sent loaded, swapped out under it: waited
             sent("chat2", 1250.0, 40.0), // its model stayed loaded
         ];
-        let waits = load_waits(&polls, &records).expect("the server lists load states");
+        let every = Duration::from_millis(100);
+        let waits = load_waits(&polls, &records, every).expect("the server lists load states");
         assert_eq!((waits.requests, waits.of), (2, 4));
         let wait = waits.wait_ms.expect("two waits");
         assert_eq!(wait.min, 750.0);
         assert_eq!(wait.max, 1050.0, "bounded by the poll that found it loaded");
         assert_eq!(waits.ttft_ms.map(|t| (t.min, t.max)), Some((800.0, 1100.0)));
-        assert!(load_waits(&[], &records).is_none());
+        assert!(load_waits(&[], &records, every).is_none());
     }
 }
