@@ -3,7 +3,8 @@
 # llama-server's router mode (`--models-dir`), the same GGUF twice (`chat`, `chat2`), a
 # 0.7/0.3 mix of Poisson arrivals (`rillm bench --model-mix`), one server at a time.
 #
-#   LLAMA_SERVER=/path/to/llama-server [LLAMA_ARGS=...] [MAX=2] [RATE=2] [REQUESTS=80] [STATUS_MS=100] scripts/compare-model-mix.sh [OUT_DIR]
+#   LLAMA_SERVER=/path/to/llama-server [LLAMA_ARGS=...] [MAX=2] [RATE=2] [REQUESTS=80] [STATUS_MS=100] \
+#     [THREADS=2] [LLAMA_THREADS=$THREADS] scripts/compare-model-mix.sh [OUT_DIR]
 #
 # STATUS_MS: the bench reads each server's /v1/models that often to count the requests
 # that waited on a load (`--model-status-ms`; off by default: llama-server's router served
@@ -24,6 +25,9 @@ MAX=${MAX:-2}
 RATE=${RATE:-2}
 REQUESTS=${REQUESTS:-80}
 THREADS=${THREADS:-2}
+# llama-server runs a process per model: with both loaded (MAX=2) two children of 2 threads
+# fight over 2 cores (TTFT p50 33 s in one run); LLAMA_THREADS=1 is its best setting there.
+LLAMA_THREADS=${LLAMA_THREADS:-$THREADS}
 MODEL=${MODEL:-$(./target/release/rillm model path)}
 PORT=18799
 mkdir -p "$OUT"
@@ -60,7 +64,7 @@ bench "rillm-max$MAX"
 kill "$pid"; wait "$pid" || true
 
 # shellcheck disable=SC2086 # LLAMA_ARGS is a list of flags
-"$LLAMA_SERVER" --models-dir "$DIR" --models-max "$MAX" --port "$PORT" -t "$THREADS" -np 4 ${LLAMA_ARGS:-} >"$OUT/llama-server.log" 2>&1 &
+"$LLAMA_SERVER" --models-dir "$DIR" --models-max "$MAX" --port "$PORT" -t "$LLAMA_THREADS" -np 4 ${LLAMA_ARGS:-} >"$OUT/llama-server.log" 2>&1 &
 pid=$!
 for _ in $(seq 300); do curl -sf "http://127.0.0.1:$PORT/v1/models" >/dev/null && break; sleep 0.1; done
 warm

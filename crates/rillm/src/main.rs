@@ -5,6 +5,7 @@ mod embedding_args;
 mod generate;
 mod model_args;
 mod models_args;
+mod models_config;
 mod open_files;
 mod serve;
 

@@ -167,10 +167,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         let pooling = args.embedding.pooling();
         if several {
             let models = args.models.models(&args.model.model)?;
-            let preload = models.first().map(|(spec, _)| spec.name.clone());
-            let paths = models.iter().map(|(spec, path)| (spec.name.clone(), path.clone())).collect();
-            let loader = Arc::new(EngineLoader::new(engine_config, paths, pooling));
-            let specs = models.into_iter().map(|(spec, _)| spec).collect();
+            let preload = models.iter().filter(|m| m.preload).map(|m| m.name.clone()).collect();
+            let loader = Arc::new(EngineLoader::new(engine_config, &models, pooling));
+            let specs = models.iter().map(crate::models_args::spec).collect();
             let registry = Arc::new(rillm_server::ModelRegistry::new(specs, loader, args.models.limits()));
             rillm_server::run_models(listener, server_config, registry, preload, shutdown).await?;
         } else {

@@ -125,3 +125,40 @@ fn a_swapped_back_model_answers_a_recurring_prompt_from_its_kept_prefix_cache() 
     assert!(prompt_tokens > 150 && cached + 16 >= prompt_tokens, "cached {cached} of {prompt_tokens}: {again}");
     assert_eq!(again["choices"][0]["text"], first["choices"][0]["text"], "the restored state computes the same reply");
 }
+
+/// `--models-config`: each model's own settings over the serve flags (here `max_running`,
+/// which bounds `n`), aliases, and `preload` (loaded at start, the others on demand).
+#[test]
+fn a_models_config_gives_each_model_its_settings() {
+    let _g = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("models.toml");
+    let text = format!(
+        "[[model]]\nname = \"small\"\npath = \"{0}\"\nmax_running = 2\n\n\
+         [[model]]\nname = \"wide\"\npath = \"{0}\"\naliases = [\"smollm2\"]\nmax_running = 4\npreload = true\n",
+        model().display()
+    );
+    std::fs::write(&config, text).expect("written");
+    let server = Server::start(std::path::Path::new(BIN), &["--models-config", config.to_str().expect("utf-8")]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while statuses(server.port) != vec![("small".into(), "unloaded".into()), ("wide".into(), "loaded".into())] {
+        assert!(Instant::now() < deadline, "wide preloaded, small not: {:?}", statuses(server.port));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let three = |model: &str| {
+        let body = serde_json::json!({"model": model, "prompt": "Hi", "max_tokens": 2, "n": 3, "temperature": 1});
+        http(server.port, "POST", "/v1/completions", &body.to_string())
+    };
+    assert!(three("smollm2").starts_with("HTTP/1.1 200"), "wide runs 4 at once, by its alias");
+    let refused = three("small");
+    assert!(refused.starts_with("HTTP/1.1 400") && refused.contains("\"param\":\"n\""), "small runs 2: {refused}");
+
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[[model]]\nname = \"a\"\npath = \"a.gguf\"\nctx = 4096\n").expect("written");
+    let output = std::process::Command::new(BIN)
+        .args(["serve", "--port", "0", "--models-config", bad.to_str().expect("utf-8")])
+        .output()
+        .expect("ran");
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && said.contains("unknown field `ctx`"), "{said}");
+}

@@ -224,13 +224,14 @@ where
 }
 
 /// Serves several models on `listener` (requests route by `model`; each is loaded when
-/// first asked for, `preload` at once), until `shutdown` resolves; then drains and returns.
+/// first asked for, `preload` at once, in order), until `shutdown` resolves; then drains
+/// and returns.
 /// A model whose engine fails is reported by `/v1/models`; the server goes on with the others.
 pub async fn run_models(
     listener: TcpListener,
     config: ServerConfig,
     models: Arc<ModelRegistry>,
-    preload: Option<String>,
+    preload: Vec<String>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let limits = config.connections.clone();
@@ -240,14 +241,16 @@ pub async fn run_models(
     let grace = Duration::from_secs(2);
     let server = tokio::spawn(connections::serve(listener, router(state.clone()), limits, http_stopped, grace));
     let upkeep = tokio::spawn(metrics::upkeep_forever());
-    if let Some(name) = preload {
+    tokio::spawn({
         let models = Arc::clone(&models);
-        tokio::spawn(async move {
-            if let Err(e) = models.load(&name).await {
-                tracing::error!(model = %name, reason = %e.message, "preloading failed");
+        async move {
+            for name in preload {
+                if let Err(e) = models.load(&name).await {
+                    tracing::error!(model = %name, reason = %e.message, "preloading failed");
+                }
             }
-        });
-    }
+        }
+    });
     tracing::info!(models = ?models.names(), "ready");
     let idle = tokio::spawn({
         let models = Arc::clone(&models);

@@ -59,10 +59,15 @@ impl Server {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
-        let task =
-            tokio::spawn(rillm_server::run_models(listener, ServerConfig::default(), registry, None, async move {
+        let task = tokio::spawn(rillm_server::run_models(
+            listener,
+            ServerConfig::default(),
+            registry,
+            Vec::new(),
+            async move {
                 let _ = stopped.await;
-            }));
+            },
+        ));
         let client = reqwest::Client::new();
         rillm_test_support::wait_ready(&client, &format!("{base}/ready"), Duration::from_secs(30)).await;
         Self { base, client, stop: Some(stop), task: Some(task), _dir: dir, _serial: serial }
