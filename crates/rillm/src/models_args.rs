@@ -49,6 +49,58 @@ pub fn named_model(value: &str) -> (String, PathBuf) {
     }
 }
 
+/// The models of `--models-dir`, by name: each `*.gguf` (named by its stem), and each
+/// sub-folder holding `*.gguf` files (named by the folder: a model split in parts, as
+/// llama-server's router takes it). Of a split model's parts (`name-00001-of-00003.gguf`)
+/// only the first is named (llama.cpp finds the others beside it).
+fn models_in_dir(dir: &Path) -> anyhow::Result<Vec<(String, PathBuf)>> {
+    let mut found = Vec::new();
+    for path in sorted_entries(dir)? {
+        if path.is_dir() {
+            let parts: Vec<PathBuf> = sorted_entries(&path)?.into_iter().filter(|p| is_gguf(p)).collect();
+            if let Some(first) = parts.into_iter().find(|p| split_part(p).is_none_or(|n| n == 1)) {
+                found.push((stem(&path), first));
+            }
+        } else if is_gguf(&path) {
+            match split_part(&path) {
+                None => found.push((stem(&path), path)),
+                Some(1) => found.push((split_name(&path), path)),
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(found)
+}
+
+fn sorted_entries(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| anyhow::anyhow!("cannot read --models-dir {}: {e}", dir.display()))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .collect();
+    paths.sort();
+    Ok(paths)
+}
+
+fn is_gguf(path: &Path) -> bool {
+    path.is_file() && path.extension().is_some_and(|x| x == "gguf")
+}
+
+/// The part number of a split GGUF's file (`-00002-of-00003`), if it is one.
+fn split_part(path: &Path) -> Option<u32> {
+    let stem = stem(path);
+    let (head, of) = stem.rsplit_once("-of-")?;
+    let (_, part) = head.rsplit_once('-')?;
+    let digits = |s: &str| s.len() == 5 && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(part) && digits(of)).then(|| part.parse().ok()).flatten()
+}
+
+/// A split model's name: its first part's stem without `-00001-of-000NN`.
+fn split_name(path: &Path) -> String {
+    let stem = stem(path);
+    stem.rsplit_once("-of-").and_then(|(head, _)| head.rsplit_once('-')).map_or(stem.clone(), |(name, _)| name.into())
+}
+
 /// A model the flags name: the serve flags' settings, its file's stem as an alias.
 fn flag_model((name, path): (String, PathBuf)) -> ConfiguredModel {
     let aliases = Some(stem(&path)).filter(|s| *s != name).into_iter().collect();
@@ -78,14 +130,7 @@ impl ModelsArgs {
             models.extend(crate::models_config::read(file)?);
         }
         if let Some(dir) = &self.models_dir {
-            let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-                .map_err(|e| anyhow::anyhow!("cannot read --models-dir {}: {e}", dir.display()))?
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
-                .collect();
-            found.sort();
-            models.extend(found.into_iter().map(|p| flag_model((stem(&p), p))));
+            models.extend(models_in_dir(dir)?.into_iter().map(flag_model));
         }
         let mut seen = std::collections::HashSet::new();
         if let Some(model) = models.iter().find(|m| !seen.insert(m.name.clone())) {
@@ -150,6 +195,39 @@ impl ModelLoader for EngineLoader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_models_dir_names_files_by_stem_and_split_models_once() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let touch = |rel: &str| {
+            let path = dir.path().join(rel);
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("folder");
+            std::fs::write(path, b"GGUF").expect("written");
+        };
+        touch("chat.gguf");
+        touch("notes.txt");
+        touch("big-00001-of-00002.gguf");
+        touch("big-00002-of-00002.gguf");
+        touch("qwen/qwen-00002-of-00002.gguf");
+        touch("qwen/qwen-00001-of-00002.gguf");
+        touch("single/model.gguf");
+        touch("empty/readme.md");
+        let found = models_in_dir(dir.path()).expect("read");
+        let named: Vec<(&str, PathBuf)> = found
+            .iter()
+            .map(|(n, p)| (n.as_str(), p.strip_prefix(dir.path()).expect("inside").to_path_buf()))
+            .collect();
+        assert_eq!(
+            named,
+            vec![
+                ("big", PathBuf::from("big-00001-of-00002.gguf")),
+                ("chat", PathBuf::from("chat.gguf")),
+                ("qwen", PathBuf::from("qwen/qwen-00001-of-00002.gguf")),
+                ("single", PathBuf::from("single/model.gguf")),
+            ]
+        );
+        assert!(models_in_dir(&dir.path().join("missing")).is_err());
+    }
 
     #[test]
     fn a_model_value_is_a_name_and_a_path_or_a_path_named_by_its_stem() {

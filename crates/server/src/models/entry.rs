@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use rillm_backend::Backend;
+use rillm_backend::{Backend, Health};
 use tokio::sync::Notify;
 
 use super::ModelSpec;
@@ -96,6 +96,15 @@ impl ModelEntry {
     pub(super) fn try_bind(&self, now_ms: u64) -> Acquired {
         let mut slot = self.slot();
         match &*slot {
+            Slot::Loaded(backend) if matches!(backend.health(), Health::Failed(_)) => {
+                // Its engine died after loading (its requests got errors): a fresh one loads
+                // for this request, as a supervisor would restart a one-model server.
+                if let Slot::Loaded(dead) = std::mem::replace(&mut *slot, Slot::Loading) {
+                    tracing::warn!(model = %self.spec.name, "the model's engine stopped on a fault: loading it again");
+                    drop_when_idle(dead, Arc::clone(&self.in_flight));
+                }
+                Acquired::StartLoad
+            }
             Slot::Loaded(backend) => {
                 self.last_used_ms.store(now_ms, Ordering::Relaxed);
                 Acquired::Bound(Arc::new(BoundModel::new(&self.spec.name, Arc::clone(backend), &self.in_flight)))
@@ -154,7 +163,10 @@ impl ModelEntry {
         match &*self.slot() {
             Slot::Unloaded => ModelStatus::Unloaded,
             Slot::Loading => ModelStatus::Loading,
-            Slot::Loaded(_) => ModelStatus::Loaded,
+            Slot::Loaded(backend) => match backend.health() {
+                Health::Failed(reason) => ModelStatus::Failed(reason),
+                _ => ModelStatus::Loaded,
+            },
             Slot::Failed(reason) => ModelStatus::Failed(reason.clone()),
         }
     }

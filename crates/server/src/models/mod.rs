@@ -212,8 +212,14 @@ impl ModelRegistry {
         stale.len()
     }
 
-    /// Loads `name` now (`POST /models/load`), as a request for it would.
+    /// Loads `name` now (`POST /models/load`), as a request for it would; a model that
+    /// failed to load is tried again (requests for it get the failure until then, rather
+    /// than each reading a broken file again).
     pub async fn load(self: &Arc<Self>, requested: &str) -> Result<(), ApiError> {
+        let entry = self.find(Some(requested))?;
+        if matches!(entry.status(), ModelStatus::Failed(_)) {
+            self.unload_entry(entry);
+        }
         self.acquire(Some(requested)).await.map(drop)
     }
 

@@ -9,6 +9,8 @@ use super::*;
 #[derive(Default)]
 struct Loader {
     loads: Mutex<Vec<String>>,
+    /// The last engine started.
+    last: Mutex<Option<Arc<ScriptedBackend>>>,
 }
 
 impl ModelLoader for Loader {
@@ -20,7 +22,9 @@ impl ModelLoader for Loader {
         if name.starts_with("broken") {
             return Err("not a GGUF file".into());
         }
-        Ok(ScriptedBackend::start(Script::default()) as Arc<dyn Backend>)
+        let engine = ScriptedBackend::start(Script::default());
+        *self.last.lock().unwrap() = Some(Arc::clone(&engine));
+        Ok(engine as Arc<dyn Backend>)
     }
 }
 
@@ -136,10 +140,34 @@ async fn a_model_that_fails_to_load_is_reported_and_the_others_serve() {
     assert!(failed.message.contains("not a GGUF file"), "{}", failed.message);
     assert_eq!(status(&registry, "broken"), ModelStatus::Failed("not a GGUF file".into()));
     assert!(registry.acquire(Some("a")).await.is_ok());
-    // Unloading forgets the failure: the next request tries again.
+    // Requests get the failure without reading the file again...
+    assert!(registry.acquire(Some("broken")).await.is_err());
+    let broken_loads = || loader.loads.lock().unwrap().iter().filter(|n| *n == "broken").count();
+    assert_eq!(broken_loads(), 1);
+    // ...until a load (`POST /models/load`) or an unload forgets it and tries again.
+    assert!(registry.load("broken").await.is_err());
+    assert_eq!(broken_loads(), 2);
     assert!(registry.unload("broken").expect("known"));
     assert!(registry.acquire(Some("broken")).await.is_err());
-    assert_eq!(loader.loads.lock().unwrap().iter().filter(|n| *n == "broken").count(), 2);
+    assert_eq!(broken_loads(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_whose_engine_dies_is_reported_failed_and_the_next_request_loads_it_again() {
+    let (registry, loader) = registry(&["a"], None);
+    let bound = registry.acquire(Some("a")).await.expect("a");
+    let engine = loader.last.lock().unwrap().clone().expect("a scripted engine");
+    engine.panic_engine();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !matches!(status(&registry, "a"), ModelStatus::Failed(_)) {
+        assert!(std::time::Instant::now() < deadline, "still {:?}", status(&registry, "a"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(bound);
+    let again = registry.acquire(Some("a")).await.expect("a fresh engine");
+    assert_eq!(again.backend().health(), rillm_backend::Health::Ok);
+    assert_eq!(status(&registry, "a"), ModelStatus::Loaded);
+    assert_eq!(loader.loads.lock().unwrap().len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
