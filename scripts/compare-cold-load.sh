@@ -4,11 +4,12 @@
 # yet; `max_tokens: 1`), on rillm (`--model NAME=PATH` twice, `chat` preloaded and waited
 # for) and on llama-server's router mode (`--models-dir`), RUNS times each, alternating.
 #
-#   LLAMA_SERVER=/path/to/llama-server [RUNS=3] [RILLM_FLAGS=...] scripts/compare-cold-load.sh
+#   LLAMA_SERVER=/path/to/llama-server [RUNS=3] [RILLM_FLAGS=...] [LLAMA_ARGS=...] scripts/compare-cold-load.sh
 #
 # RILLM_FLAGS: e.g. `--max-running 4` gives rillm the KV cells llama-server's default has
 # (4 slots × 2,048 = 8,192; llama-server: 4 slots in one unified 8,192-cell cache). rillm's
-# default (16 × 2,048) allocates and clears four times that at each load.
+# default (16 × 2,048) allocates and clears four times that at each load; LLAMA_ARGS="-np 16
+# -c 32768" gives llama-server rillm's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${LLAMA_SERVER:?set LLAMA_SERVER to a llama-server binary}"
@@ -32,7 +33,8 @@ for run in $(seq "$RUNS"); do
   for _ in $(seq 300); do curl -s http://127.0.0.1:18797/v1/models | grep -q '"loaded"' && break; sleep 0.1; done
   echo "run $run rillm: $(first_answer 18797) s"
   kill "$pid"; wait "$pid" || true
-  "$LLAMA_SERVER" --models-dir "$DIR" --port 18798 -t "$THREADS" >"$DIR/llama.log" 2>&1 &
+  # shellcheck disable=SC2086 # LLAMA_ARGS is a list of flags
+  "$LLAMA_SERVER" --models-dir "$DIR" --port 18798 -t "$THREADS" ${LLAMA_ARGS:-} >"$DIR/llama.log" 2>&1 &
   pid=$!
   for _ in $(seq 300); do curl -sf http://127.0.0.1:18798/v1/models >/dev/null && break; sleep 0.1; done
   echo "run $run llama-server: $(first_answer 18798) s"

@@ -26,6 +26,11 @@ pub struct ModelsArgs {
     /// no request is using and that is not pinned.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     models_max: Option<u32>,
+    /// Loaded models' memory at most, in MiB: each model's file, the memory its load added
+    /// (KV cache, buffers: measured at its load) and its --prefix-cache-mib. Loading one
+    /// more first unloads the least recently used idle ones until it fits.
+    #[arg(long, value_name = "MIB")]
+    models_memory_mib: Option<u64>,
     /// Seconds a request waits for its model to load before a 503 with Retry-After.
     #[arg(long, value_name = "SECS", default_value_t = 120)]
     load_timeout: u64,
@@ -148,8 +153,11 @@ impl ModelsArgs {
         Ok(models)
     }
 
-    pub fn limits(&self) -> ModelLimits {
+    /// The registry's limits; `prefix_cache_mib` is each model's prefix-cache budget.
+    pub fn limits(&self, prefix_cache_mib: usize) -> ModelLimits {
         ModelLimits {
+            memory_bytes: self.models_memory_mib.map(|mib| mib.saturating_mul(1 << 20)),
+            prefix_cache_bytes: (prefix_cache_mib as u64).saturating_mul(1 << 20),
             max_loaded: self.models_max.map(|n| n as usize),
             load_timeout: Duration::from_secs(self.load_timeout),
             idle_unload: self.idle_unload.map(Duration::from_secs),
@@ -178,7 +186,9 @@ impl EngineLoader {
 
 /// What the registry knows of a model: its names and whether it may be unloaded.
 pub fn spec(model: &ConfiguredModel) -> ModelSpec {
-    ModelSpec { name: model.name.clone(), aliases: model.aliases.clone(), pinned: model.pinned }
+    // A known model's name not fetched yet has no file: 0, its size is measured at its load.
+    let file_bytes = std::fs::metadata(&model.path).map_or(0, |m| m.len());
+    ModelSpec { name: model.name.clone(), aliases: model.aliases.clone(), pinned: model.pinned, file_bytes }
 }
 
 impl ModelLoader for EngineLoader {

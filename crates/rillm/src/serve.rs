@@ -170,7 +170,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             let preload = models.iter().filter(|m| m.preload).map(|m| m.name.clone()).collect();
             let loader = Arc::new(EngineLoader::new(engine_config, &models, pooling));
             let specs = models.iter().map(crate::models_args::spec).collect();
-            let registry = Arc::new(rillm_server::ModelRegistry::new(specs, loader, args.models.limits()));
+            let registry = Arc::new(rillm_server::ModelRegistry::new(specs, loader, args.models.limits(if args.model.no_prefix_cache { 0 } else { args.model.prefix_cache_mib })));
             rillm_server::run_models(listener, server_config, registry, preload, shutdown).await?;
         } else {
             let load = move || rillm_engine::start_backend(engine_config, pooling);

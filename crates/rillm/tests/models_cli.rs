@@ -162,3 +162,46 @@ fn a_models_config_gives_each_model_its_settings() {
     let said = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success() && said.contains("unknown field `ctx`"), "{said}");
 }
+
+/// `--models-memory-mib`: each model's memory is measured at its load (`memory_mib` in
+/// `/v1/models`); with room for one SmolLM2 (its file, KV cache and buffers, prefix-cache
+/// budget), loading the other unloads it first.
+#[test]
+fn models_memory_keeps_the_loaded_models_within_the_budget() {
+    let _g = serial();
+    let (one, two) = (format!("chat={}", model().display()), format!("chat2={}", model().display()));
+    let args = [
+        "--model",
+        &one,
+        "--model",
+        &two,
+        "--max-running",
+        "2",
+        "--prefix-cache-mib",
+        "16",
+        "--models-memory-mib",
+        "300",
+    ];
+    let server = Server::start(std::path::Path::new(BIN), &args);
+    let ask = |name: &str| {
+        let body = serde_json::json!({"model": name, "prompt": "Hi", "max_tokens": 2});
+        let response = http(server.port, "POST", "/v1/completions", &body.to_string());
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    };
+    let memory_mib = |name: &str| {
+        let response = http(server.port, "GET", "/v1/models", "");
+        let body: serde_json::Value =
+            serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap_or_default()).unwrap_or_default();
+        let found = body["data"].as_array().and_then(|d| d.iter().find(|m| m["id"] == name).cloned());
+        found.and_then(|m| m["memory_mib"].as_u64())
+    };
+    for (name, other) in [("chat", "chat2"), ("chat2", "chat"), ("chat", "chat2")] {
+        ask(name);
+        let statuses = statuses(server.port);
+        let loaded: Vec<&str> = statuses.iter().filter(|(_, s)| s == "loaded").map(|(n, _)| n.as_str()).collect();
+        assert_eq!(loaded, vec![name], "{other} unloaded to make room: {statuses:?}");
+        let measured = memory_mib(name).expect("measured at its load");
+        // The file alone is 92 MiB; its KV cache (2 × 2,048 cells) 90 MiB more.
+        assert!((150..290).contains(&measured), "{name}: {measured} MiB");
+    }
+}

@@ -52,9 +52,16 @@ impl Server {
             name: name.into(),
             aliases: aliases.iter().map(|a| a.to_string()).collect(),
             pinned: false,
+            file_bytes: 0,
         };
         let specs = vec![spec("chat", &["smollm2"]), spec("embed", &[]), spec("broken", &[])];
-        let limits = ModelLimits { max_loaded, load_timeout: Duration::from_secs(60), idle_unload: None };
+        let limits = ModelLimits {
+            max_loaded,
+            load_timeout: Duration::from_secs(60),
+            idle_unload: None,
+            memory_bytes: None,
+            prefix_cache_bytes: 0,
+        };
         let registry = Arc::new(ModelRegistry::new(specs, Arc::new(Loader { broken }), limits));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());

@@ -44,6 +44,8 @@ pub(super) struct ModelEntry {
     last_used_ms: AtomicU64,
     /// Requests bound to it now ([`BoundModel`]s alive).
     in_flight: Arc<AtomicUsize>,
+    /// What it took in memory at its last load (0: not loaded yet; `models::memory`).
+    measured_bytes: AtomicU64,
     /// Requests waiting in `acquire` for it: a model just loaded for them is theirs, not
     /// the next load's victim before they bind.
     waiting: AtomicUsize,
@@ -76,7 +78,21 @@ impl ModelEntry {
             last_used_ms: AtomicU64::new(0),
             in_flight: Arc::new(AtomicUsize::new(0)),
             waiting: AtomicUsize::new(0),
+            measured_bytes: AtomicU64::new(0),
         }
+    }
+
+    pub(super) fn set_measured_bytes(&self, bytes: u64) {
+        self.measured_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    pub(super) fn measured_bytes(&self) -> Option<u64> {
+        Some(self.measured_bytes.load(Ordering::Relaxed)).filter(|&b| b > 0)
+    }
+
+    /// Its memory for `--models-memory-mib`: as measured, else its file's size.
+    pub(super) fn footprint_bytes(&self) -> u64 {
+        self.measured_bytes().unwrap_or(self.spec.file_bytes)
     }
 
     /// Counts the caller as waiting for this model until the guard drops.
@@ -143,10 +159,20 @@ impl ModelEntry {
     /// model is forgotten too, so the next request tries again. Returns whether it was
     /// loaded or failed.
     pub(super) fn unload(&self) -> bool {
+        self.unload_with(|backend, in_flight| drop_when_idle(backend, in_flight))
+    }
+
+    /// [`ModelEntry::unload`], stopping an idle engine on this (blocking) thread: its memory
+    /// is back, and its prefix cache kept, before the caller loads another model.
+    pub(super) fn unload_now(&self) -> bool {
+        self.unload_with(|backend, in_flight| stop_when_idle(backend, &in_flight))
+    }
+
+    fn unload_with(&self, stop: impl FnOnce(Arc<dyn Backend>, Arc<AtomicUsize>)) -> bool {
         let previous = std::mem::replace(&mut *self.slot(), Slot::Unloaded);
         match previous {
             Slot::Loaded(backend) => {
-                drop_when_idle(backend, Arc::clone(&self.in_flight));
+                stop(backend, Arc::clone(&self.in_flight));
                 true
             }
             Slot::Failed(_) => true,
@@ -198,17 +224,20 @@ impl ModelEntry {
 /// Stops the engine once no request uses it, on a blocking thread (joining the engine
 /// thread blocks): the registry's handle is kept until then, so it is the last one.
 fn drop_when_idle(backend: Arc<dyn Backend>, in_flight: Arc<AtomicUsize>) {
-    let stop = move || {
-        while in_flight.load(Ordering::SeqCst) > 0 {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        backend.shutdown();
-        drop(backend);
-    };
+    let stop = move || stop_when_idle(backend, &in_flight);
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) => drop(runtime.spawn_blocking(stop)),
         Err(_) => stop(),
     }
+}
+
+/// Stops `backend` once no request uses it (blocks until then).
+fn stop_when_idle(backend: Arc<dyn Backend>, in_flight: &AtomicUsize) {
+    while in_flight.load(Ordering::SeqCst) > 0 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    backend.shutdown();
+    drop(backend);
 }
 
 /// A model bound to one request: its engine stays up, and the model counts as in use

@@ -9,6 +9,7 @@
 //! go of the engine at once, and the engine stops when the last request using it ends.
 
 mod entry;
+mod memory;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,6 +33,8 @@ pub struct ModelSpec {
     pub aliases: Vec<String>,
     /// Never unloaded to make room.
     pub pinned: bool,
+    /// Its file's size (0: unknown yet): the least its load takes (`--models-memory-mib`).
+    pub file_bytes: u64,
 }
 
 /// A model as the registry has it now.
@@ -40,6 +43,8 @@ pub struct ModelState {
     pub status: ModelStatus,
     /// Its engine, while loaded.
     pub backend: Option<Arc<dyn Backend>>,
+    /// What it took in memory when it last loaded (`memory`), once it has.
+    pub measured_bytes: Option<u64>,
 }
 
 /// How many models may be loaded and how long a request waits for a load.
@@ -52,6 +57,10 @@ pub struct ModelLimits {
     /// A loaded model no request used for this long is unloaded (`--idle-unload`);
     /// probes and `/metrics` are not uses.
     pub idle_unload: Option<Duration>,
+    /// The loaded models' memory at most (`--models-memory-mib`), as `memory` measures it.
+    pub memory_bytes: Option<u64>,
+    /// Each model's prefix-cache RAM budget, counted against `memory_bytes` in full.
+    pub prefix_cache_bytes: u64,
 }
 
 /// How often a load waiting for room looks again.
@@ -131,14 +140,20 @@ impl ModelRegistry {
                 return;
             }
             let started = Instant::now();
+            let anon_before = memory::anon_resident_bytes();
             let loaded = registry.loader.load(&entry.spec.name);
             let seconds = started.elapsed().as_secs_f64();
+            if let (Ok(_), Some(before), Some(after)) = (&loaded, anon_before, memory::anon_resident_bytes()) {
+                entry.set_measured_bytes(entry.spec.file_bytes + after.saturating_sub(before));
+            }
             match &loaded {
                 Ok(_) => tracing::info!(model = %entry.spec.name, seconds, "model loaded"),
                 Err(reason) => tracing::error!(model = %entry.spec.name, %reason, "model failed to load"),
             }
             crate::metrics::record_model_load(&entry.spec.name, loaded.is_ok(), seconds);
             entry.finish_load(loaded, registry.now_ms());
+            // Measured now: if it takes more than its file said, idle models make room.
+            registry.make_room(&entry);
         });
     }
 
@@ -161,12 +176,22 @@ impl ModelRegistry {
     }
 
     /// Unloads least recently used idle, unpinned models other than `keep` until the loaded
-    /// ones and `keep` fit under `--models-max`; whether they do.
+    /// ones and `keep` fit under `--models-max` and `--models-memory-mib`; whether they do.
+    /// Runs on the loading thread: a victim's engine is stopped before this returns, so the
+    /// load's memory is measured without it.
     fn make_room(&self, keep: &Arc<ModelEntry>) -> bool {
-        let Some(max) = self.limits.max_loaded else { return true };
         loop {
-            let others = self.entries.iter().filter(|e| !Arc::ptr_eq(e, keep) && e.is_loaded()).count();
-            if others < max.max(1) {
+            let others: Vec<&Arc<ModelEntry>> =
+                self.entries.iter().filter(|e| !Arc::ptr_eq(e, keep) && e.is_loaded()).collect();
+            let count_fits = self.limits.max_loaded.is_none_or(|max| others.len() < max.max(1));
+            let footprint = |e: &ModelEntry| e.footprint_bytes() + self.limits.prefix_cache_bytes;
+            // A model larger than the whole budget still loads, alone.
+            let memory_fits = others.is_empty()
+                || self
+                    .limits
+                    .memory_bytes
+                    .is_none_or(|budget| others.iter().map(|e| footprint(e)).sum::<u64>() + footprint(keep) <= budget);
+            if count_fits && memory_fits {
                 return true;
             }
             let victim = self
@@ -176,7 +201,9 @@ impl ModelRegistry {
                 .min_by_key(|e| e.last_used_ms());
             let Some(victim) = victim else { return false };
             tracing::info!(model = %victim.spec.name, for_model = %keep.spec.name, "unloading to make room");
-            self.unload_entry(victim);
+            if victim.unload_now() {
+                crate::metrics::record_model_unload(&victim.spec.name);
+            }
         }
     }
 
@@ -227,7 +254,12 @@ impl ModelRegistry {
     pub fn statuses(&self) -> Vec<ModelState> {
         self.entries
             .iter()
-            .map(|e| ModelState { spec: e.spec.clone(), status: e.status(), backend: e.backend() })
+            .map(|e| ModelState {
+                spec: e.spec.clone(),
+                status: e.status(),
+                backend: e.backend(),
+                measured_bytes: e.measured_bytes(),
+            })
             .collect()
     }
 

@@ -29,12 +29,23 @@ impl ModelLoader for Loader {
 }
 
 fn spec(name: &str) -> ModelSpec {
-    ModelSpec { name: name.into(), aliases: vec![format!("{name}-alias")], pinned: name.starts_with("pinned") }
+    ModelSpec {
+        name: name.into(),
+        aliases: vec![format!("{name}-alias")],
+        pinned: name.starts_with("pinned"),
+        file_bytes: 100,
+    }
 }
 
 fn registry(names: &[&str], max_loaded: Option<usize>) -> (Arc<ModelRegistry>, Arc<Loader>) {
     let loader = Arc::new(Loader::default());
-    let limits = ModelLimits { max_loaded, load_timeout: Duration::from_secs(5), idle_unload: None };
+    let limits = ModelLimits {
+        max_loaded,
+        load_timeout: Duration::from_secs(5),
+        idle_unload: None,
+        memory_bytes: None,
+        prefix_cache_bytes: 0,
+    };
     let registry = ModelRegistry::new(names.iter().map(|n| spec(n)).collect(), loader.clone(), limits);
     (Arc::new(registry), loader)
 }
@@ -110,7 +121,13 @@ async fn with_no_idle_model_to_unload_a_load_waits_for_one_and_never_goes_past_m
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_load_that_finds_no_room_within_the_load_timeout_is_a_503_and_tried_again_later() {
     let loader = Arc::new(Loader::default());
-    let limits = ModelLimits { max_loaded: Some(1), load_timeout: Duration::from_millis(300), idle_unload: None };
+    let limits = ModelLimits {
+        max_loaded: Some(1),
+        load_timeout: Duration::from_millis(300),
+        idle_unload: None,
+        memory_bytes: None,
+        prefix_cache_bytes: 0,
+    };
     let registry = Arc::new(ModelRegistry::new(vec![spec("a"), spec("b")], loader.clone(), limits));
     let busy = registry.acquire(Some("a")).await.expect("a");
     let Err(refused) = registry.acquire(Some("b")).await else { panic!("b loaded with no room") };
@@ -119,6 +136,37 @@ async fn a_load_that_finds_no_room_within_the_load_timeout_is_a_503_and_tried_ag
     assert_eq!(status(&registry, "b"), ModelStatus::Unloaded, "the load was given up");
     drop(busy);
     drop(registry.acquire(Some("b")).await.expect("b, with room now"));
+    assert_eq!(status(&registry, "a"), ModelStatus::Unloaded);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_memory_unloads_the_least_recently_used_until_the_next_model_fits() {
+    const GIB: u64 = 1 << 30;
+    let loader = Arc::new(Loader::default());
+    // Three 1 GiB files, each with a 256 MiB prefix-cache budget, in 2.75 GiB: two fit
+    // (what a scripted engine adds to the process is far below the slack).
+    let limits = ModelLimits {
+        max_loaded: None,
+        load_timeout: Duration::from_secs(5),
+        idle_unload: None,
+        memory_bytes: Some(2 * GIB + 3 * GIB / 4),
+        prefix_cache_bytes: GIB / 4,
+    };
+    let big = |name: &str| ModelSpec { file_bytes: GIB, ..spec(name) };
+    let registry = Arc::new(ModelRegistry::new(vec![big("a"), big("b"), big("c")], loader, limits));
+    drop(registry.acquire(Some("a")).await.expect("a"));
+    drop(registry.acquire(Some("b")).await.expect("b"));
+    assert_eq!((status(&registry, "a"), status(&registry, "b")), (ModelStatus::Loaded, ModelStatus::Loaded));
+    drop(registry.acquire(Some("c")).await.expect("c"));
+    assert_eq!(status(&registry, "a"), ModelStatus::Unloaded, "least recently used");
+    assert_eq!((status(&registry, "b"), status(&registry, "c")), (ModelStatus::Loaded, ModelStatus::Loaded));
+    let measured = registry.statuses().into_iter().find(|m| m.spec.name == "c").and_then(|m| m.measured_bytes);
+    assert!(measured.is_some_and(|bytes| bytes >= GIB), "its file at least: {measured:?}");
+    // One larger than the whole budget loads alone.
+    let huge = ModelSpec { file_bytes: 4 * GIB, ..spec("huge") };
+    let registry = Arc::new(ModelRegistry::new(vec![big("a"), huge], Arc::new(Loader::default()), limits));
+    drop(registry.acquire(Some("a")).await.expect("a"));
+    drop(registry.acquire(Some("huge")).await.expect("huge, alone"));
     assert_eq!(status(&registry, "a"), ModelStatus::Unloaded);
 }
 
@@ -192,6 +240,8 @@ async fn a_model_idle_past_idle_unload_is_unloaded_but_not_one_in_use() {
         max_loaded: None,
         load_timeout: Duration::from_secs(5),
         idle_unload: Some(Duration::from_millis(100)),
+        memory_bytes: None,
+        prefix_cache_bytes: 0,
     };
     let registry = Arc::new(ModelRegistry::new(vec![spec("a"), spec("b")], loader, limits));
     drop(registry.acquire(Some("a")).await.expect("a"));

@@ -71,6 +71,9 @@ pub async fn models(State(state): State<AppState>) -> Response {
                 let mut model = model_json(&m.spec.name, m.backend.as_deref());
                 model["status"] = json!(m.status.name());
                 model["aliases"] = json!(m.spec.aliases);
+                if let Some(bytes) = m.measured_bytes {
+                    model["memory_mib"] = json!(bytes >> 20);
+                }
                 if let ModelStatus::Failed(reason) = m.status {
                     model["failure"] = json!(reason);
                 }
