@@ -109,7 +109,15 @@ fn split_name(path: &Path) -> String {
 /// A model the flags name: the serve flags' settings, its file's stem as an alias.
 fn flag_model((name, path): (String, PathBuf)) -> ConfiguredModel {
     let aliases = Some(stem(&path)).filter(|s| *s != name).into_iter().collect();
-    ConfiguredModel { name, aliases, path, pinned: false, preload: false, settings: ModelSettings::default() }
+    ConfiguredModel {
+        name,
+        aliases,
+        path,
+        pinned: false,
+        preload: false,
+        tool_call_parser: None,
+        settings: ModelSettings::default(),
+    }
 }
 
 fn stem(path: &Path) -> String {
@@ -188,7 +196,13 @@ impl EngineLoader {
 pub fn spec(model: &ConfiguredModel) -> ModelSpec {
     // A known model's name not fetched yet has no file: 0, its size is measured at its load.
     let file_bytes = std::fs::metadata(&model.path).map_or(0, |m| m.len());
-    ModelSpec { name: model.name.clone(), aliases: model.aliases.clone(), pinned: model.pinned, file_bytes }
+    ModelSpec {
+        name: model.name.clone(),
+        aliases: model.aliases.clone(),
+        pinned: model.pinned,
+        file_bytes,
+        tool_call_parser: model.tool_call_parser,
+    }
 }
 
 impl ModelLoader for EngineLoader {

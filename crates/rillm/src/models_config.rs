@@ -21,12 +21,14 @@
 //! pooling = "mean"
 //! ```
 //!
-//! An unknown key is an error naming it (a misspelt setting must not be silently ignored).
-//! The tool-call parser and the server's other output options stay server-wide.
+//! `tool_call_parser` sets a chat model's tool-call format over `--tool-call-parser`. An
+//! unknown key is an error naming it (a misspelt setting must not be silently ignored).
+//! The server's other output options stay server-wide.
 
 use std::path::{Path, PathBuf};
 
 use rillm_engine::{EngineConfig, Pooling, Speculative};
+use rillm_server::ToolCallFormat;
 use serde::Deserialize;
 
 #[derive(Debug, Deserialize)]
@@ -55,6 +57,7 @@ struct ModelSection {
     chat_template_file: Option<PathBuf>,
     draft_model: Option<PathBuf>,
     pooling: Option<String>,
+    tool_call_parser: Option<String>,
 }
 
 /// A model from the file: its name, aliases, file, and what it sets over the serve flags.
@@ -65,6 +68,8 @@ pub struct ConfiguredModel {
     pub path: PathBuf,
     pub pinned: bool,
     pub preload: bool,
+    /// Its tool-call format, over `--tool-call-parser` (the server applies it).
+    pub tool_call_parser: Option<ToolCallFormat>,
     pub settings: ModelSettings,
 }
 
@@ -142,6 +147,10 @@ fn configured(section: ModelSection, dir: &Path) -> anyhow::Result<ConfiguredMod
         })?),
         None => None,
     };
+    let tool_call_parser = match s.tool_call_parser.as_deref() {
+        Some(p) => Some(crate::serve::parse_tool_call_parser(p).map_err(|e| anyhow::anyhow!("model `{name}`: {e}"))?),
+        None => None,
+    };
     if s.max_running == Some(0) || s.threads == Some(0) || s.ctx_size == Some(0) {
         anyhow::bail!("model `{name}`: ctx_size, max_running and threads must be at least 1");
     }
@@ -159,6 +168,7 @@ fn configured(section: ModelSection, dir: &Path) -> anyhow::Result<ConfiguredMod
         path,
         pinned: section.pinned,
         preload: section.preload,
+        tool_call_parser,
         settings,
     })
 }
@@ -183,6 +193,7 @@ mod tests {
             draft_model = "/abs/draft.gguf"
             pinned = true
             preload = true
+            tool_call_parser = "llama3_json"
 
             [[model]]
             name = "embed"
@@ -195,6 +206,7 @@ mod tests {
         assert_eq!((chat.name.as_str(), chat.path.clone()), ("chat", dir.path().join("chat.gguf")));
         assert_eq!(chat.aliases, vec!["smollm2"]);
         assert!(chat.pinned && chat.preload);
+        assert_eq!(chat.tool_call_parser, Some(ToolCallFormat::Llama3Json));
         let config = chat.settings.apply(EngineConfig::new("chat.gguf"));
         assert_eq!((config.ctx_per_sequence, config.max_running, config.threads), (4096, 8, 1));
         assert_eq!(config.chat_template.as_deref(), Some("{{ messages }}"));
@@ -222,5 +234,7 @@ mod tests {
         assert!(error("[[model]]\nname = \"a\"\npath = \"a.gguf\"\nchat_template_file = \"t.jinja\"\n")
             .contains("cannot read chat_template_file"));
         assert!(error("").contains("no [[model]]"));
+        let bad_parser = "[[model]]\nname = \"a\"\npath = \"a.gguf\"\ntool_call_parser = \"x\"\n";
+        assert!(error(bad_parser).contains("unknown tool-call format"));
     }
 }

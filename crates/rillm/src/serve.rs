@@ -91,7 +91,7 @@ pub struct ServeArgs {
     idle_timeout: u64,
 }
 
-fn parse_tool_call_parser(name: &str) -> Result<ToolCallFormat, String> {
+pub(crate) fn parse_tool_call_parser(name: &str) -> Result<ToolCallFormat, String> {
     ToolCallFormat::from_name(name).ok_or_else(|| {
         let names: Vec<&str> = ToolCallFormat::ALL.iter().map(|f| f.name()).collect();
         format!("unknown tool-call format `{name}`; one of: {}", names.join(", "))

@@ -135,7 +135,8 @@ fn a_models_config_gives_each_model_its_settings() {
     let config = dir.path().join("models.toml");
     let text = format!(
         "[[model]]\nname = \"small\"\npath = \"{0}\"\nmax_running = 2\n\n\
-         [[model]]\nname = \"wide\"\npath = \"{0}\"\naliases = [\"smollm2\"]\nmax_running = 4\npreload = true\n",
+         [[model]]\nname = \"wide\"\npath = \"{0}\"\naliases = [\"smollm2\"]\nmax_running = 4\npreload = true\n\
+         tool_call_parser = \"llama3_json\"\n",
         model().display()
     );
     std::fs::write(&config, text).expect("written");
@@ -152,6 +153,18 @@ fn a_models_config_gives_each_model_its_settings() {
     assert!(three("smollm2").starts_with("HTTP/1.1 200"), "wide runs 4 at once, by its alias");
     let refused = three("small");
     assert!(refused.starts_with("HTTP/1.1 400") && refused.contains("\"param\":\"n\""), "small runs 2: {refused}");
+    // wide's own tool-call format (llama3_json) lays tools out otherwise than small's (the
+    // serve flags': Hermes, from the template), so the same messages and tools differ.
+    let laid_out = |model: &str| {
+        let tool = serde_json::json!({"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}});
+        let body =
+            serde_json::json!({"model": model, "messages": [{"role": "user", "content": "Hi"}], "tools": [tool]});
+        let response = http(server.port, "POST", "/tokenize", &body.to_string());
+        let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+        serde_json::from_str::<serde_json::Value>(body).unwrap_or_default()["tokens"].clone()
+    };
+    let (small, wide) = (laid_out("small"), laid_out("wide"));
+    assert!(small.is_array() && wide.is_array() && small != wide, "{small} / {wide}");
 
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "[[model]]\nname = \"a\"\npath = \"a.gguf\"\nctx = 4096\n").expect("written");

@@ -53,6 +53,7 @@ impl Server {
             aliases: aliases.iter().map(|a| a.to_string()).collect(),
             pinned: false,
             file_bytes: 0,
+            tool_call_parser: None,
         };
         let specs = vec![spec("chat", &["smollm2"]), spec("embed", &[]), spec("broken", &[])];
         let limits = ModelLimits {

@@ -123,7 +123,7 @@ impl ModelEntry {
             }
             Slot::Loaded(backend) => {
                 self.last_used_ms.store(now_ms, Ordering::Relaxed);
-                Acquired::Bound(Arc::new(BoundModel::new(&self.spec.name, Arc::clone(backend), &self.in_flight)))
+                Acquired::Bound(Arc::new(BoundModel::new(&self.spec, Arc::clone(backend), &self.in_flight)))
             }
             Slot::Loading => Acquired::Loading,
             Slot::Failed(reason) => Acquired::Failed(reason.clone()),
@@ -244,14 +244,21 @@ fn stop_when_idle(backend: Arc<dyn Backend>, in_flight: &AtomicUsize) {
 /// (never unloaded to make room), while this lives.
 pub struct BoundModel {
     pub name: String,
+    /// Its own tool-call format, where its settings give one.
+    pub tool_call_parser: Option<rillm_backend::ToolCallFormat>,
     backend: Option<Arc<dyn Backend>>,
     in_flight: Arc<AtomicUsize>,
 }
 
 impl BoundModel {
-    fn new(name: &str, backend: Arc<dyn Backend>, in_flight: &Arc<AtomicUsize>) -> Self {
+    fn new(spec: &ModelSpec, backend: Arc<dyn Backend>, in_flight: &Arc<AtomicUsize>) -> Self {
         in_flight.fetch_add(1, Ordering::SeqCst);
-        Self { name: name.to_string(), backend: Some(backend), in_flight: Arc::clone(in_flight) }
+        Self {
+            name: spec.name.clone(),
+            tool_call_parser: spec.tool_call_parser,
+            backend: Some(backend),
+            in_flight: Arc::clone(in_flight),
+        }
     }
 
     pub fn backend(&self) -> &Arc<dyn Backend> {

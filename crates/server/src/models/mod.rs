@@ -35,6 +35,8 @@ pub struct ModelSpec {
     pub pinned: bool,
     /// Its file's size (0: unknown yet): the least its load takes (`--models-memory-mib`).
     pub file_bytes: u64,
+    /// Its tool-call format, over `--tool-call-parser` (`--models-config`).
+    pub tool_call_parser: Option<rillm_backend::ToolCallFormat>,
 }
 
 /// A model as the registry has it now.

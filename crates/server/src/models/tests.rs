@@ -34,6 +34,7 @@ fn spec(name: &str) -> ModelSpec {
         aliases: vec![format!("{name}-alias")],
         pinned: name.starts_with("pinned"),
         file_bytes: 100,
+        tool_call_parser: None,
     }
 }
 
