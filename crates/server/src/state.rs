@@ -121,11 +121,13 @@ impl AppState {
         }
     }
 
-    /// How tools reach the model and calls come back: `--tool-call-parser`'s format, else
-    /// the one the chat template writes, else Hermes (see `tools::prompt`).
+    /// How tools reach the model and calls come back: the bound model's own format
+    /// (`--models-config`), else `--tool-call-parser`'s, else the one the chat template
+    /// writes, else Hermes (see `tools::prompt`).
     pub fn tool_dialect(&self) -> ToolDialect {
         let template = self.backend().and_then(|b| b.chat_template_tools());
-        ToolDialect { format: self.config.outputs.tool_call_parser.or(template).unwrap_or_default(), template }
+        let own = self.bound.as_ref().and_then(|b| b.tool_call_parser);
+        ToolDialect { format: own.or(self.config.outputs.tool_call_parser).or(template).unwrap_or_default(), template }
     }
 
     /// How this server composes a request's tools and answer format (`shape`).
