@@ -108,6 +108,14 @@ impl ModelSettings {
     }
 }
 
+/// A tool-call format by name (`--tool-call-parser`, a model's `tool_call_parser`).
+pub(crate) fn parse_tool_call_parser(name: &str) -> Result<ToolCallFormat, String> {
+    ToolCallFormat::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = ToolCallFormat::ALL.iter().map(|f| f.name()).collect();
+        format!("unknown tool-call format `{name}`; one of: {}", names.join(", "))
+    })
+}
+
 /// Reads the models of `file`; paths inside are relative to its folder.
 pub fn read(file: &Path) -> anyhow::Result<Vec<ConfiguredModel>> {
     let text = std::fs::read_to_string(file)
@@ -148,7 +156,7 @@ fn configured(section: ModelSection, dir: &Path) -> anyhow::Result<ConfiguredMod
         None => None,
     };
     let tool_call_parser = match s.tool_call_parser.as_deref() {
-        Some(p) => Some(crate::serve::parse_tool_call_parser(p).map_err(|e| anyhow::anyhow!("model `{name}`: {e}"))?),
+        Some(p) => Some(parse_tool_call_parser(p).map_err(|e| anyhow::anyhow!("model `{name}`: {e}"))?),
         None => None,
     };
     if s.max_running == Some(0) || s.threads == Some(0) || s.ctx_size == Some(0) {

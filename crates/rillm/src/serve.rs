@@ -54,7 +54,7 @@ pub struct ServeArgs {
     /// The format tool calls are asked for, constrained to and read in: hermes
     /// (`<tool_call>` tags), llama3_json or mistral (`[TOOL_CALLS]`). Default: the one the
     /// chat template writes, else hermes.
-    #[arg(long, value_parser = parse_tool_call_parser)]
+    #[arg(long, value_parser = crate::models_config::parse_tool_call_parser)]
     tool_call_parser: Option<ToolCallFormat>,
     /// Read JSON Schemas (output formats and tools' parameters) to the letter: an object
     /// without `additionalProperties` may then carry keys it does not name, an array items
@@ -89,13 +89,6 @@ pub struct ServeArgs {
     /// Seconds a connection may stay silent (no request, no response bytes) before it is closed.
     #[arg(long, default_value_t = ConnectionLimits::default().idle_timeout.as_secs())]
     idle_timeout: u64,
-}
-
-pub(crate) fn parse_tool_call_parser(name: &str) -> Result<ToolCallFormat, String> {
-    ToolCallFormat::from_name(name).ok_or_else(|| {
-        let names: Vec<&str> = ToolCallFormat::ALL.iter().map(|f| f.name()).collect();
-        format!("unknown tool-call format `{name}`; one of: {}", names.join(", "))
-    })
 }
 
 /// The connection cap: as given, or from the open-file limit after raising it (logged).

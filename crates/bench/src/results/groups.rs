@@ -3,9 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::results::result::mean;
 use crate::run::client::{RequestRecord, Status};
-use crate::stats::Distribution;
+use crate::stats::{mean, Distribution};
 
 /// One model's share of a run that mixed several (`--model-mix`).
 #[derive(Debug, Serialize, Deserialize)]

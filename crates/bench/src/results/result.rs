@@ -7,6 +7,7 @@ use crate::results::groups::{per_model, per_target, per_turn};
 pub use crate::results::groups::{ModelSummary, TargetSummary, TurnSummary};
 pub use crate::results::slo::Slos;
 use crate::run::client::{RequestRecord, Status};
+use crate::stats::mean;
 use crate::stats::Distribution;
 
 /// How a level's requests were sent.
@@ -521,11 +522,6 @@ pub fn build(facts: RunFacts) -> BenchResult {
         client: ClientCheck { cpu_s: facts.client_cpu_s, cpu_cores_used, dispatch_lag_p99_ms: lag_p99, saturated },
         workload_notes,
     }
-}
-
-pub(crate) fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
-    let (sum, n) = values.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
-    (n > 0).then(|| sum / n as f64)
 }
 
 fn token_summary(sent: &[&RequestRecord], done: &[&RequestRecord]) -> TokenSummary {
