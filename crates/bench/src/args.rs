@@ -81,6 +81,11 @@ pub struct BenchArgs {
     /// and one of {"session_id", "messages", ...} (--save-sessions) is sessions as recorded.
     #[arg(long)]
     pub dataset: Option<PathBuf>,
+    /// With a JSONL --dataset: send each record to the model its `model` field names (a
+    /// server with several models; the figures are broken down per model). Off, a recorded
+    /// request's model (often a hosted API's) is replaced by --model or left out.
+    #[arg(long, requires = "dataset", conflicts_with = "model_mix")]
+    pub record_models: bool,
     /// With a ShareGPT --dataset: send every human turn of each conversation in order, with
     /// the server's live reply in the history.
     #[arg(long)]

@@ -21,7 +21,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the model over HTTP: /generate, /v1/completions, /v1/chat/completions, /v1/responses.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Generate text from a prompt, streamed to stdout.
     Generate(generate::GenerateArgs),
     /// Benchmark an LLM server (rillm, vLLM, SGLang, TensorRT-LLM, llama.cpp) under live HTTP
@@ -52,7 +52,7 @@ fn main() -> anyhow::Result<()> {
     init_tracing();
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Generate(args) => generate::run(args),
         Command::Bench(command) => bench::command(*command),
         Command::MockServer(args) => bench::mock_server(args),

@@ -218,3 +218,72 @@ fn models_memory_keeps_the_loaded_models_within_the_budget() {
         assert!((150..290).contains(&measured), "{name}: {measured} MiB");
     }
 }
+
+/// Three models of two architectures and two tasks behind one server, two at most loaded:
+/// SmolLM2 (llama), a tiny random-weight qwen2 (`scripts/make-tiny-qwen2.py`) and the
+/// embedding model, each answering its own routes, each load unloading the least recently
+/// used.
+#[test]
+fn a_llama_a_qwen2_and_an_embedding_model_take_turns_in_two_places() {
+    let _g = serial();
+    rillm_models::embedding_model_for_tests();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let qwen = dir.path().join("tiny-qwen2.gguf");
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let python = std::env::var("RILLM_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let made = std::process::Command::new(python)
+        .arg(root.join("scripts/make-tiny-qwen2.py"))
+        .arg(model())
+        .arg(&qwen)
+        .status()
+        .expect("python runs");
+    assert!(made.success(), "make-tiny-qwen2.py needs gguf and numpy (scripts/test installs them)");
+    let (chat, qwen) = (format!("chat={}", model().display()), format!("qwen={}", qwen.display()));
+    let args =
+        ["--model", &chat, "--model", &qwen, "--model", "all-minilm-l6-v2", "--models-max", "2", "--max-running", "2"];
+    let server = Server::start(std::path::Path::new(BIN), &args);
+    let post = |path: &str, body: serde_json::Value| {
+        let response = http(server.port, "POST", path, &body.to_string());
+        assert!(response.starts_with("HTTP/1.1 200"), "{path}: {response}");
+    };
+    let chat_body = |model: &str| serde_json::json!({"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4});
+    post("/v1/chat/completions", chat_body("qwen"));
+    post("/v1/embeddings", serde_json::json!({"model": "all-minilm-l6-v2", "input": ["one", "two"]}));
+    let loaded = |port| statuses(port).into_iter().filter(|(_, s)| s == "loaded").map(|(n, _)| n).collect::<Vec<_>>();
+    assert_eq!(loaded(server.port), vec!["qwen", "all-minilm-l6-v2"], "chat, least recently used, made room");
+    post("/v1/chat/completions", chat_body("chat"));
+    assert_eq!(loaded(server.port), vec!["chat", "all-minilm-l6-v2"], "then qwen made room");
+    let refused =
+        http(server.port, "POST", "/v1/embeddings", &serde_json::json!({"model": "qwen", "input": "x"}).to_string());
+    assert!(refused.starts_with("HTTP/1.1 400") && refused.contains("\"param\":\"model\""), "{refused}");
+}
+
+/// A dataset whose records name their models (`--record-models`): each goes to its own,
+/// and the result breaks the figures down per model.
+#[test]
+fn the_bench_sends_each_dataset_record_to_the_model_it_names() {
+    let _g = serial();
+    let (one, two) = (format!("chat={}", model().display()), format!("chat2={}", model().display()));
+    let server = Server::start(std::path::Path::new(BIN), &["--model", &one, "--model", &two, "--max-running", "2"]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let dataset = dir.path().join("mixed.jsonl");
+    let lines: Vec<String> = (0..6)
+        .map(|i| {
+            serde_json::json!({"prompt": format!("Count to {i}"), "model": if i < 4 { "chat" } else { "chat2" }})
+                .to_string()
+        })
+        .collect();
+    std::fs::write(&dataset, lines.join("\n")).expect("written");
+    let url = server.url("/v1/completions");
+    let dataset = dataset.to_str().expect("utf-8");
+    let args = ["--url", &url, "--dataset", dataset, "--record-models", "--requests", "6", "--concurrency", "2"];
+    let result = support::bench_result(&[&args[..], &["--max-tokens", "4", "--temperature", "0"]].concat(), "records");
+    assert_eq!(result["completed"], 6, "{}", result["limits"]);
+    let sent: Vec<(String, u64)> = result["per_model"]
+        .as_array()
+        .expect("a breakdown per model")
+        .iter()
+        .map(|m| (m["model"].as_str().unwrap_or_default().to_string(), m["sent"].as_u64().unwrap_or_default()))
+        .collect();
+    assert_eq!(sent, vec![("chat".to_string(), 4), ("chat2".to_string(), 2)]);
+}

@@ -118,13 +118,16 @@ fn waited(polls: &[StatusPoll], record: &RequestRecord) -> Option<f64> {
     let until = record.sent_ms + record.ttft_ms.unwrap_or(record.e2e_ms);
     let loaded_at = |p: &StatusPoll| p.loaded.get(model).copied();
     let at_send = polls.iter().rev().find(|p| p.at_ms <= record.sent_ms).and_then(loaded_at);
-    let during = polls.iter().filter(|p| p.at_ms > record.sent_ms && p.at_ms < until);
-    let unloaded_during = during.clone().any(|p| loaded_at(p) == Some(false));
-    if at_send != Some(false) && !unloaded_during {
+    let during: Vec<&StatusPoll> = polls.iter().filter(|p| p.at_ms > record.sent_ms && p.at_ms < until).collect();
+    let last_unloaded = during.iter().rposition(|p| loaded_at(p) == Some(false));
+    if at_send != Some(false) && last_unloaded.is_none() {
         return None;
     }
-    let loaded = during.filter(|p| loaded_at(p) == Some(true)).map(|p| p.at_ms).last();
-    Some(loaded.map_or(until, |at| at.min(until)) - record.sent_ms)
+    // The load it waited on ended at the first poll finding the model loaded after the last
+    // one that did not (loaded polls before an unload under it are not that load's end).
+    let after = last_unloaded.map_or(0, |i| i + 1);
+    let loaded = during[after..].iter().find(|p| loaded_at(p) == Some(true)).map(|p| p.at_ms);
+    Some(loaded.unwrap_or(until) - record.sent_ms)
 }
 
 #[cfg(test)]
@@ -159,7 +162,7 @@ mod tests {
         let records = vec![
             sent("chat", 500.0, 40.0),   // loaded: no wait
             sent("chat", 1250.0, 800.0), // sent while unloaded: waited to the 2,000 ms poll
-            sent("chat", 950.0, 1100.0), // sent loaded, swapped out under it: waited
+            sent("chat", 850.0, 1200.0), // sent loaded, swapped out under it: waited to 2,000
             sent("chat2", 1250.0, 40.0), // its model stayed loaded
         ];
         let every = Duration::from_millis(100);
@@ -167,8 +170,8 @@ mod tests {
         assert_eq!((waits.requests, waits.of), (2, 4));
         let wait = waits.wait_ms.expect("two waits");
         assert_eq!(wait.min, 750.0);
-        assert_eq!(wait.max, 1050.0, "bounded by the poll that found it loaded");
-        assert_eq!(waits.ttft_ms.map(|t| (t.min, t.max)), Some((800.0, 1100.0)));
+        assert_eq!(wait.max, 1150.0, "to the poll that found it loaded again, not the one before the swap");
+        assert_eq!(waits.ttft_ms.map(|t| (t.min, t.max)), Some((800.0, 1200.0)));
         assert!(load_waits(&[], &records, every).is_none());
     }
 }

@@ -19,7 +19,7 @@ pub enum DatasetError {
     Format { path: String, message: String },
 }
 
-/// Loads requests. `.jsonl`: one `{"prompt"|"messages", "max_tokens"?}` per line; a line
+/// Loads requests. `.jsonl`: one `{"prompt"|"messages", "max_tokens"?, "model"?}` per line; a line
 /// may be a recorded OpenAI chat request, with its own `tools` and `tool_choice` (and
 /// `max_completion_tokens`): it is replayed as recorded and its calls checked against its
 /// tools. Otherwise a JSON array of ShareGPT records (`conversations` with `from`/`value`): the
@@ -58,7 +58,9 @@ fn jsonl_record(v: &Value, default_max_tokens: u32) -> Option<RequestSpec> {
         (None, Some(m)) => PromptSpec::Messages(m.clone()),
         _ => return None,
     };
-    Some(RequestSpec::new(prompt, record_max_tokens(v, default_max_tokens)))
+    let mut spec = RequestSpec::new(prompt, record_max_tokens(v, default_max_tokens));
+    spec.model = v["model"].as_str().map(Arc::from);
+    Some(spec)
 }
 
 /// A recorded request's `max_tokens` (or `max_completion_tokens`), else the run's.
@@ -260,6 +262,10 @@ mod tests {
         assert_eq!(specs[0].max_tokens, 5);
         assert!(matches!(specs[1].prompt, PromptSpec::Messages(_)));
         assert_eq!(specs[1].max_tokens, 9);
+        let named = write("m.jsonl", "{\"prompt\":\"a\",\"model\":\"chat\"}\n{\"prompt\":\"b\"}\n");
+        let models: Vec<Option<String>> =
+            load(&named, 9).unwrap().iter().map(|s| s.model.as_deref().map(str::to_string)).collect();
+        assert_eq!(models, vec![Some("chat".to_string()), None], "a record's model (--record-models sends it)");
         let bad = write("bad.jsonl", "{\"x\":1}\n");
         assert!(load(&bad, 9).unwrap_err().to_string().contains("line 1"));
     }

@@ -101,8 +101,11 @@ pub async fn build(
                 "sessions": sessions.len(), "turns": turns, "replies": replies});
             return Ok(Built { workload: Workload::Sessions(sessions), description, notes: Vec::new() });
         }
-        let specs = dataset::load(path, args.max_tokens)?;
-        let description = json!({"kind": "dataset", "source": path.display().to_string(), "sha256": crate::files::sha256_file(path), "prompts": specs.len()});
+        let mut specs = dataset::load(path, args.max_tokens)?;
+        if !args.record_models {
+            specs.iter_mut().for_each(|s| s.model = None);
+        }
+        let description = json!({"kind": "dataset", "source": path.display().to_string(), "sha256": crate::files::sha256_file(path), "prompts": specs.len(), "record_models": args.record_models});
         return Ok(Built { workload: Workload::Requests(specs), description, notes: Vec::new() });
     }
     if let Some(n) = args.sessions {

@@ -72,7 +72,7 @@ fn read_verdict(file: &Path, key: &str) -> Option<bool> {
         .filter_map(|line| line.split_once('\t'))
         .filter(|(k, _)| *k == key)
         .filter_map(|(_, v)| v.parse().ok())
-        .last()
+        .next_back()
 }
 
 fn append_verdict(file: &Path, key: &str, widen: bool) -> std::io::Result<()> {

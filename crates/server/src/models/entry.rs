@@ -159,7 +159,7 @@ impl ModelEntry {
     /// model is forgotten too, so the next request tries again. Returns whether it was
     /// loaded or failed.
     pub(super) fn unload(&self) -> bool {
-        self.unload_with(|backend, in_flight| drop_when_idle(backend, in_flight))
+        self.unload_with(drop_when_idle)
     }
 
     /// [`ModelEntry::unload`], stopping an idle engine on this (blocking) thread: its memory
