@@ -13,7 +13,6 @@ use crate::request::constraint::GrammarCompiler;
 use crate::request::pending::PendingRequest;
 use crate::runtime::llama::{grammar_tok_env, load_model, load_weights, LlamaExecutor, LlamaModelHandle};
 use crate::runtime::llama_draft::DraftContext;
-use crate::runtime::model_fingerprint::model_fingerprint;
 use crate::runtime::{Executor, TokenId, Tokenizer};
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::speculation::draft_lengths::FairnessGuard;
@@ -124,8 +123,8 @@ impl Engine {
                             fixed_step_prices: config.fixed_step_prices,
                         },
                     );
-                    let scheduler = match (&config.inherit.prefixes, model_fingerprint(&config.model_path)) {
-                        (Some(kept), Ok(fingerprint)) => scheduler.keeping(kept, fingerprint),
+                    let scheduler = match (&config.inherit.prefixes, &model.fingerprint) {
+                        (Some(kept), Some(fingerprint)) => scheduler.keeping(kept, fingerprint.clone()),
                         _ => scheduler,
                     };
                     run_supervised(|| scheduler.run(), &queue, &stats);

@@ -19,7 +19,8 @@ pub struct ModelsArgs {
     #[arg(long, value_name = "DIR")]
     models_dir: Option<PathBuf>,
     /// A TOML file of models, each with its own settings (ctx_size, max_running, threads,
-    /// chat_template_file, draft_model, pooling, aliases, pinned, preload): see the README.
+    /// chat_template_file, draft_model, pooling, tool_call_parser, aliases, pinned,
+    /// preload): see docs/several-models.md.
     #[arg(long, value_name = "FILE")]
     models_config: Option<PathBuf>,
     /// Loaded models at most: loading one more first unloads the least recently used that

@@ -7,7 +7,7 @@
 //! (vLLM and SGLang serve one model and say neither: no figure then). A request waited on
 //! a load when its model was not loaded as it went out, or went out of the list while it
 //! waited for its first token; the wait it saw runs from its send to the first poll that
-//! found the model loaded (bounded by its TTFT). Polled every `--model-status-ms`: loads
+//! found the model loaded after the last that did not (bounded by its TTFT). Polled every `--model-status-ms`: loads
 //! shorter than that may go unseen, and the waits are that coarse. Off by default: the
 //! polls are requests to the server under test (llama-server's router served fewer of the
 //! run's requests while its list was read every 100 ms).
@@ -86,7 +86,8 @@ pub struct LoadWaits {
     pub requests: usize,
     /// Of all requests that named a model.
     pub of: usize,
-    /// From each one's send to the first poll that found its model loaded (TTFT at most).
+    /// From each one's send to the first poll that found its model loaded after the last
+    /// that did not (TTFT at most).
     pub wait_ms: Option<Distribution>,
     /// Their times to first token: what a swap (`--models-max`) costs a request, load and
     /// prefill together (a server that kept the model's prefix cache prefills less).

@@ -67,11 +67,6 @@ impl<S> KeptPrefixes<S> {
         self.shared.lock().kept.as_ref().map(|k| k.cache.counts()).unwrap_or_default()
     }
 
-    /// Drops what is kept.
-    pub fn clear(&self) {
-        self.shared.lock().kept = None;
-    }
-
     /// Leases the cache to an engine of the model with this fingerprint, and the cache kept
     /// for it if there is one (one kept for other weights is dropped). The model's previous
     /// engine may still be stopping (its last requests drain first): its lease is waited

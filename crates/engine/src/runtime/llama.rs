@@ -25,6 +25,7 @@ use crate::runtime::attention_cost::{
 };
 use crate::runtime::llama_context::{backend, slot_context_params};
 use crate::runtime::llama_draft::DraftContext;
+use crate::runtime::model_fingerprint::model_fingerprint;
 use crate::runtime::widening_verdicts::widening_verdict;
 use crate::runtime::{BatchToken, DraftWant, Executor, RuntimeError, TokenId, Tokenizer};
 use rillm_backend::SamplingParams;
@@ -38,6 +39,9 @@ pub(crate) struct LlamaModelHandle {
     eog_tokens: Vec<TokenId>,
     pub(crate) name: String,
     pub(crate) architecture: String,
+    /// The file's identity (`model_fingerprint`), read once at load: it keys the widening
+    /// verdict and the kept prefix cache. `None` when the file could not be read again.
+    pub(crate) fingerprint: Option<String>,
 }
 
 pub(crate) fn load_model(config: &EngineConfig) -> Result<Arc<LlamaModelHandle>, EngineError> {
@@ -66,7 +70,8 @@ pub(crate) fn load_model(config: &EngineConfig) -> Result<Arc<LlamaModelHandle>,
         chat_template_tools: template.as_ref().and_then(ChatTemplate::tool_format),
     };
     let eog_tokens = vocab.tokens().filter(|&t| vocab.is_eog(t)).map(|t| t.0 as TokenId).collect();
-    Ok(Arc::new(LlamaModelHandle { model, template, tokenizer_info, eog_tokens, name, architecture }))
+    let fingerprint = model_fingerprint(path).ok();
+    Ok(Arc::new(LlamaModelHandle { model, template, tokenizer_info, eog_tokens, name, architecture, fingerprint }))
 }
 
 /// A GGUF's weights and vocabulary, or an error naming the file and what is wrong with it.
@@ -189,7 +194,9 @@ impl<'m> LlamaExecutor<'m> {
             && ctx_per_sequence as usize > PROBE_CACHED + PROBE_NARROW_ROWS
             && max_batch_tokens >= WIDE_PREFILL_ROWS
             && !config.fixed_step_prices
-            && widening_verdict(config, || probe_widening(&mut ctx, &mut batch, model.model.n_vocab()))?;
+            && widening_verdict(config, model.fingerprint.as_deref(), || {
+                probe_widening(&mut ctx, &mut batch, model.model.n_vocab())
+            })?;
         Ok(Self {
             model,
             ctx,

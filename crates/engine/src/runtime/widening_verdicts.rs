@@ -11,7 +11,6 @@ use std::sync::{Mutex, PoisonError};
 
 use crate::config::EngineConfig;
 use crate::error::EngineError;
-use crate::runtime::model_fingerprint::model_fingerprint;
 
 /// Bumped when the probe measures something else: older verdicts no longer apply.
 const PROBE_VERSION: u32 = 1;
@@ -23,11 +22,13 @@ const VERDICTS_FILE: &str = "widening-verdicts.tsv";
 static IN_PROCESS: Mutex<Vec<(String, bool)>> = Mutex::new(Vec::new());
 
 /// Whether to widen: a verdict remembered here or on disk, else `probe`'s (then kept).
+/// `fingerprint`: the model file's (`model_fingerprint`), if it could be read.
 pub(crate) fn widening_verdict(
     config: &EngineConfig,
+    fingerprint: Option<&str>,
     probe: impl FnOnce() -> Result<bool, EngineError>,
 ) -> Result<bool, EngineError> {
-    let key = verdict_key(config);
+    let key = verdict_key(config, fingerprint);
     let file = config.inherit.measurements_dir.as_deref().map(|dir| dir.join(VERDICTS_FILE));
     let in_process = || IN_PROCESS.lock().unwrap_or_else(PoisonError::into_inner);
     let known = in_process().iter().find(|(k, _)| *k == key).map(|(_, widen)| *widen);
@@ -45,10 +46,10 @@ pub(crate) fn widening_verdict(
     Ok(widen)
 }
 
-/// The model (by fingerprint: a copy of the file is the same model), the threads and the CPU.
-fn verdict_key(config: &EngineConfig) -> String {
-    let model =
-        model_fingerprint(&config.model_path).unwrap_or_else(|_| format!("path:{}", config.model_path.display()));
+/// The model (by fingerprint: a copy of the file is the same model; by path where it has
+/// none), the threads and the CPU.
+fn verdict_key(config: &EngineConfig, fingerprint: Option<&str>) -> String {
+    let model = fingerprint.map_or_else(|| format!("path:{}", config.model_path.display()), str::to_string);
     format!("v{PROBE_VERSION} {model} threads={} cpu={}", config.threads, cpu_name())
 }
 
@@ -88,6 +89,13 @@ mod tests {
     use super::*;
     use std::cell::Cell;
 
+    use crate::runtime::model_fingerprint::model_fingerprint;
+
+    /// The verdict for `config`'s model, by its fingerprint as a load reads it.
+    fn verdict(config: &EngineConfig, probe: impl FnOnce() -> Result<bool, EngineError>) -> Result<bool, EngineError> {
+        widening_verdict(config, model_fingerprint(&config.model_path).ok().as_deref(), probe)
+    }
+
     fn counting_probe(probes: &Cell<u32>, verdict: bool) -> Result<bool, EngineError> {
         probes.set(probes.get() + 1);
         Ok(verdict)
@@ -98,17 +106,17 @@ mod tests {
         let probes = Cell::new(0);
         let mut config = EngineConfig::new("/nonexistent/probe-once.gguf");
         config.threads = 2;
-        assert!(widening_verdict(&config, || counting_probe(&probes, true)).expect("probed"));
+        assert!(verdict(&config, || counting_probe(&probes, true)).expect("probed"));
         // Started again: the first verdict stands, not probed again.
-        assert!(widening_verdict(&config, || counting_probe(&probes, false)).expect("remembered"));
+        assert!(verdict(&config, || counting_probe(&probes, false)).expect("remembered"));
         assert_eq!(probes.get(), 1);
         config.threads = 3;
-        assert!(!widening_verdict(&config, || counting_probe(&probes, false)).expect("probed"));
+        assert!(!verdict(&config, || counting_probe(&probes, false)).expect("probed"));
         assert_eq!(probes.get(), 2, "other threads, another probe");
         // A failed probe leaves no verdict behind.
         config.threads = 4;
-        assert!(widening_verdict(&config, || Err(EngineError::Backend("no context".into()))).is_err());
-        assert!(widening_verdict(&config, || counting_probe(&probes, true)).expect("probed"));
+        assert!(verdict(&config, || Err(EngineError::Backend("no context".into()))).is_err());
+        assert!(verdict(&config, || counting_probe(&probes, true)).expect("probed"));
         assert_eq!(probes.get(), 3);
     }
 
@@ -121,18 +129,18 @@ mod tests {
         config.threads = 7;
         config.inherit.measurements_dir = Some(dir.path().join("measured"));
         let probes = Cell::new(0);
-        assert!(widening_verdict(&config, || counting_probe(&probes, true)).expect("probed"));
+        assert!(verdict(&config, || counting_probe(&probes, true)).expect("probed"));
         // What a new process would find: the file alone.
-        let key = verdict_key(&config);
+        let key = verdict_key(&config, model_fingerprint(&config.model_path).ok().as_deref());
         IN_PROCESS.lock().unwrap_or_else(PoisonError::into_inner).retain(|(k, _)| *k != key);
         let copy = dir.path().join("copy.gguf");
         std::fs::copy(&model, &copy).expect("copied");
         config.model_path = copy;
-        assert!(widening_verdict(&config, || counting_probe(&probes, false)).expect("read from disk"));
+        assert!(verdict(&config, || counting_probe(&probes, false)).expect("read from disk"));
         assert_eq!(probes.get(), 1, "a copy of the model under another name is the same model");
         std::fs::write(&model, b"GGUF other weights").expect("rewritten");
         config.model_path = model;
-        assert!(!widening_verdict(&config, || counting_probe(&probes, false)).expect("probed"));
+        assert!(!verdict(&config, || counting_probe(&probes, false)).expect("probed"));
         assert_eq!(probes.get(), 2, "another file, another probe");
     }
 }
