@@ -14,18 +14,21 @@ mod request;
 pub mod scripted;
 mod stats;
 mod stream;
+mod thinking;
 mod tool_format;
 
 pub use embedding::{EmbedFailed, EmbedInput, EmbedReply, EmbedRequest, EmbedResponse, Embeddings, ModelTask};
 pub use rejected::Rejected;
 pub use request::{
     ChatMessage, ChatOptions, ChatToolCall, Completion, Constraint, FinishReason, GenerateRequest, Penalties, Prompt,
-    PromptToken, SamplingParams, ServerTimings, StreamEvent, TokenId, TokenLogprob, TopLogprob, Usage,
+    PromptToken, Reasoning, SamplingParams, ServerTimings, StreamEvent, ThinkingStart, TokenId, TokenLogprob,
+    TopLogprob, Usage,
 };
 pub use stats::{
     CacheLayout, ConstraintSnapshot, PrefixCacheSnapshot, SpeculationSnapshot, StatsSnapshot, DRAFT_POSITIONS,
 };
 pub use stream::{ChoiceControls, RequestStream, StartSignal};
+pub use thinking::TemplateThinking;
 pub use tool_format::ToolCallFormat;
 
 /// What clients that tokenize for themselves need to know of the model's tokenizer.
@@ -39,6 +42,9 @@ pub struct TokenizerInfo {
     /// (Qwen2.5's and Hermes 2/3's write Hermes, Llama 3.1's Llama 3 JSON, Mistral's
     /// `[TOOL_CALLS]`): the server passes it the tools instead of writing its own block.
     pub chat_template_tools: Option<ToolCallFormat>,
+    /// The chat template writes a reasoning model's think markers (its reasoning parser is
+    /// picked from this unless `--reasoning-parser` says).
+    pub chat_template_thinking: Option<TemplateThinking>,
 }
 
 /// Whether the engine behind a backend can still serve.
@@ -76,6 +82,10 @@ pub trait Backend: Send + Sync + 'static {
     /// request).
     fn chat_template_tools(&self) -> Option<ToolCallFormat> {
         self.tokenizer_info().chat_template_tools
+    }
+    /// `tokenizer_info().chat_template_thinking`, without copying the template.
+    fn chat_template_thinking(&self) -> Option<TemplateThinking> {
+        self.tokenizer_info().chat_template_thinking
     }
     /// Whether `constraint` compiles, alone: where a composed constraint (tools and an
     /// answer format in one grammar) is refused, its parts are checked one by one so the

@@ -68,11 +68,21 @@ pub struct ChatMessage {
     /// A `tool` message: the call it answers.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// An earlier assistant turn's thought, under the name reasoning templates read
+    /// (Qwen3's keeps the latest turns' and drops older ones).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 impl ChatMessage {
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Self { role: role.into(), content: content.into(), tool_calls: Vec::new(), tool_call_id: None }
+        Self {
+            role: role.into(),
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            reasoning_content: None,
+        }
     }
 }
 
@@ -250,6 +260,30 @@ pub struct GenerateRequest {
     /// and its KV copied to each choice, which then samples on its own. Events carry their
     /// choice's index; the stream ends after every choice's `Finished`.
     pub n: u32,
+    /// A reasoning model's thinking split from its answer (`None`: the text as generated).
+    pub reasoning: Option<Reasoning>,
+}
+
+/// How a reasoning model's output is read: what it writes between `<think>` and `</think>`
+/// streams as [`StreamEvent::Reasoning`], markers left out, the answer after it as
+/// [`StreamEvent::Text`]. The request's constraint applies to the answer only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reasoning {
+    /// Where the output starts when neither the prompt's end nor the output's first text
+    /// says (a prompt ending in `<think>` opens thinking; one that closed it, or an output
+    /// starting with `<think>`, decide by themselves).
+    pub unmarked_start: ThinkingStart,
+    /// Thinking tokens at most: at this many the closing marker is forced and the model
+    /// answers. `Some(0)`: no thinking (the closing marker ends the prompt).
+    pub budget: Option<u32>,
+}
+
+/// Whether output with no opening marker is thinking: DeepSeek-R1's models often leave the
+/// marker out (their template writes it), Qwen3's write it themselves when they think.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThinkingStart {
+    Thinking,
+    Answer,
 }
 
 impl GenerateRequest {
@@ -268,6 +302,7 @@ impl GenerateRequest {
             logprobs: None,
             prompt_logprobs: None,
             n: 1,
+            reasoning: None,
         }
     }
 
@@ -340,6 +375,8 @@ pub enum StreamEvent {
     /// whole UTF-8 characters; ids of tokens whose bytes are still held back arrive with a
     /// later piece. `logprobs` has one entry per id when the request asked for them.
     Text { index: u32, text: String, token_ids: Vec<TokenId>, logprobs: Vec<TokenLogprob> },
+    /// New thinking of choice `index` (requests with `reasoning`), as `Text` is new answer.
+    Reasoning { index: u32, text: String, token_ids: Vec<TokenId>, logprobs: Vec<TokenLogprob> },
     /// Choice `Completion::index` ended; the last event of a request with one choice.
     Finished(Completion),
     /// Choice `index` starts its output again under its constraint's restart, as its
@@ -379,6 +416,8 @@ pub struct Usage {
     pub completion_tokens: u32,
     /// Prompt tokens whose KV cells were reused from an earlier request (prefix caching).
     pub cached_tokens: u32,
+    /// Completion tokens spent thinking, the markers included (requests with `reasoning`).
+    pub reasoning_tokens: u32,
 }
 
 /// Where a request's time went, measured inside the engine.

@@ -189,7 +189,7 @@ impl Job {
         let _ = self.events.send(StreamEvent::Finished(Completion {
             index: 0,
             finish_reason,
-            usage: Usage { prompt_tokens: self.prompt_tokens, completion_tokens: self.generated, cached_tokens: 0 },
+            usage: Usage { prompt_tokens: self.prompt_tokens, completion_tokens: self.generated, ..Usage::default() },
             timings: ServerTimings {
                 queue_ms: 0.0,
                 prefill_ms: 0.0,

@@ -60,7 +60,9 @@ fn aggregate_decode(engine: &Engine, n: usize, tokens: u32) -> f64 {
         let mut s = s;
         while let Some(e) = s.blocking_next() {
             match e {
-                StreamEvent::Text { token_ids, .. } => after += token_ids.len(),
+                StreamEvent::Text { token_ids, .. } | StreamEvent::Reasoning { token_ids, .. } => {
+                    after += token_ids.len()
+                }
                 StreamEvent::Finished(_) => break,
                 StreamEvent::Prompt(_) | StreamEvent::Restarted { .. } => {}
             }

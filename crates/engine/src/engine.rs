@@ -11,6 +11,7 @@ use crate::error::EngineError;
 use crate::queue::{PushError, WaitQueue};
 use crate::request::constraint::GrammarCompiler;
 use crate::request::pending::PendingRequest;
+use crate::request::thinking::ThinkingPlan;
 use crate::runtime::llama::{grammar_tok_env, load_model, load_weights, LlamaExecutor, LlamaModelHandle};
 use crate::runtime::llama_draft::DraftContext;
 use crate::runtime::{Executor, TokenId, Tokenizer};
@@ -187,6 +188,9 @@ impl Engine {
             let keep = (keep as usize).min(context);
             prompt.drain(..prompt.len().saturating_sub(keep));
         }
+        let constrained = request.constraint.is_some();
+        let thinking =
+            request.reasoning.map(|r| ThinkingPlan::for_prompt(&r, &mut prompt, constrained, inner.tokenizer.as_ref()));
         let max_tokens = match request.max_tokens {
             // The prompt is computed (and scored, or cached for a later request), nothing more.
             Some(0) => 0,
@@ -238,6 +242,7 @@ impl Engine {
             min_tokens: request.min_tokens,
             ignore_eos: request.ignore_eos,
             constraint,
+            thinking,
             logprobs: request.logprobs,
             prompt_logprobs: request.prompt_logprobs,
             submitted: Instant::now(),

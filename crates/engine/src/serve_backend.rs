@@ -60,6 +60,10 @@ impl Backend for Engine {
         Engine::tokenizer_info(self).chat_template_tools
     }
 
+    fn chat_template_thinking(&self) -> Option<rillm_backend::TemplateThinking> {
+        Engine::tokenizer_info(self).chat_template_thinking
+    }
+
     fn context_length(&self) -> u32 {
         self.ctx_per_sequence()
     }

@@ -50,8 +50,9 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     while let Some(event) = stream.blocking_next() {
         match event {
-            // Not asked for: one choice, no prompt scores, no constraint to restart.
-            StreamEvent::Prompt(_) | StreamEvent::Restarted { .. } => {}
+            // Not asked for: one choice, no prompt scores, no constraint to restart, no
+            // thought read apart.
+            StreamEvent::Prompt(_) | StreamEvent::Restarted { .. } | StreamEvent::Reasoning { .. } => {}
             StreamEvent::Text { text, .. } => {
                 stdout.write_all(text.as_bytes())?;
                 stdout.flush()?;

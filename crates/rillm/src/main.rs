@@ -7,6 +7,7 @@ mod model_args;
 mod models_args;
 mod models_config;
 mod open_files;
+mod reasoning_args;
 mod serve;
 
 use clap::{Parser, Subcommand};

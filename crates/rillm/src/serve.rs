@@ -9,6 +9,7 @@ use rillm_server::{ConnectionLimits, OutputOptions, SchemaReading, ServerConfig,
 use crate::embedding_args::EmbeddingArgs;
 use crate::model_args::{engine_defaults, ModelArgs};
 use crate::models_args::{EngineLoader, ModelsArgs};
+use crate::reasoning_args::ReasoningArgs;
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
@@ -16,6 +17,8 @@ pub struct ServeArgs {
     model: ModelArgs,
     #[command(flatten)]
     embedding: EmbeddingArgs,
+    #[command(flatten)]
+    reasoning: ReasoningArgs,
     #[command(flatten)]
     models: ModelsArgs,
     /// Address to bind. Loopback by default: exposing a model server is a decision (the
@@ -137,6 +140,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         },
         responses_store_bytes: args.responses_store_mib.saturating_mul(1 << 20),
         embeddings: args.embedding.options(),
+        reasoning: args.reasoning.options(),
         connections: ConnectionLimits {
             max_connections,
             reserve: ConnectionLimits::default().reserve,

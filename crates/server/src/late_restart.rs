@@ -111,6 +111,9 @@ impl LateRestarts {
 fn renumber(event: StreamEvent, index: u32, first_tokens: u32) -> StreamEvent {
     match event {
         StreamEvent::Text { text, token_ids, logprobs, .. } => StreamEvent::Text { index, text, token_ids, logprobs },
+        StreamEvent::Reasoning { text, token_ids, logprobs, .. } => {
+            StreamEvent::Reasoning { index, text, token_ids, logprobs }
+        }
         StreamEvent::Finished(mut done) => {
             done.index = index;
             done.usage.completion_tokens += first_tokens;
@@ -132,7 +135,7 @@ mod tests {
     }
 
     fn finished(index: u32, completion_tokens: u32) -> StreamEvent {
-        let usage = Usage { prompt_tokens: 5, completion_tokens, cached_tokens: 0 };
+        let usage = Usage { prompt_tokens: 5, completion_tokens, ..Usage::default() };
         let timings = ServerTimings::default();
         StreamEvent::Finished(Completion { index, finish_reason: FinishReason::Eos, usage, timings, error: None })
     }

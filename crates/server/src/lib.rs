@@ -18,6 +18,7 @@ mod models;
 mod observe;
 mod openai;
 mod pooled;
+mod reasoning;
 mod responses;
 mod routes;
 mod sampling;
@@ -45,6 +46,7 @@ pub use connections::ConnectionLimits;
 pub use error::ApiError;
 pub use models::{ModelLimits, ModelLoader, ModelRegistry, ModelSpec, ModelState, ModelStatus};
 pub use pooled::EmbeddingOptions;
+pub use reasoning::{EffortBudgets, ReasoningField, ReasoningOptions, ReasoningParser};
 pub use rillm_backend::{Backend, Health, ToolCallFormat};
 pub use schema_reading::SchemaReading;
 pub use state::{AppState, Phase};
@@ -74,6 +76,8 @@ pub struct ServerConfig {
     pub responses_store_bytes: usize,
     /// Embedding models: normalisation, Matryoshka sizes, inputs per request.
     pub embeddings: EmbeddingOptions,
+    /// Reasoning models: the parser, the field names, the effort budgets.
+    pub reasoning: ReasoningOptions,
 }
 
 impl Default for ServerConfig {
@@ -90,6 +94,7 @@ impl Default for ServerConfig {
             outputs: OutputOptions::default(),
             responses_store_bytes: 64 << 20,
             embeddings: EmbeddingOptions::default(),
+            reasoning: ReasoningOptions::default(),
         }
     }
 }

@@ -29,6 +29,12 @@ pub trait StreamFormat: Send + 'static {
     /// formats send one event per piece; chat with tools may send none (text held back
     /// while it may open a call) or several.
     fn text(&mut self, index: u32, text: &str, token_ids: &[u32], logprobs: &[TokenLogprob]) -> Vec<Event>;
+    /// New thinking of choice `index` (a reasoning model's, split from its answer); formats
+    /// with no place for it send nothing.
+    fn reasoning(&mut self, index: u32, text: &str, token_ids: &[u32], logprobs: &[TokenLogprob]) -> Vec<Event> {
+        let _ = (index, text, token_ids, logprobs);
+        Vec::new()
+    }
     /// Choice `done.index` ended.
     fn choice_done(&mut self, done: &Completion) -> Vec<Event>;
     /// Choice `index` starts over (`StreamEvent::Restarted`): nothing of it was sent that
@@ -62,6 +68,7 @@ impl Choices {
         self.usage.prompt_tokens = done.usage.prompt_tokens;
         self.usage.cached_tokens = done.usage.cached_tokens;
         self.usage.completion_tokens += done.usage.completion_tokens;
+        self.usage.reasoning_tokens += done.usage.reasoning_tokens;
         self.left = self.left.saturating_sub(1);
         // The request failed if any choice did.
         if self.last.as_ref().is_none_or(|l| l.error.is_none()) {
@@ -103,6 +110,10 @@ pub fn sse_response(admitted: Admitted, format: impl StreamFormat) -> Response {
                 p.admitted.watch(index, &text);
                 p.format.text(index, &text, &token_ids, &logprobs)
             }
+            Some(StreamEvent::Reasoning { index, text, token_ids, logprobs }) => {
+                p.admitted.observer.on_tokens(token_ids.len());
+                p.format.reasoning(index, &text, &token_ids, &logprobs)
+            }
             Some(StreamEvent::Restarted { index }) => {
                 p.admitted.restarted(index);
                 p.format.restarted(index);
@@ -137,11 +148,19 @@ pub fn sse_response(admitted: Admitted, format: impl StreamFormat) -> Response {
     response
 }
 
-/// One whole choice: its text, its tokens' log-probabilities (when asked) and its end.
+/// One whole choice: its text (a reasoning model's answer, its thought apart), its tokens'
+/// log-probabilities (when asked, thought and answer in order) and its end.
 pub struct CollectedChoice {
     pub text: String,
+    pub reasoning: String,
     pub logprobs: Vec<TokenLogprob>,
     pub done: Completion,
+}
+
+impl CollectedChoice {
+    fn empty(done: Completion) -> Self {
+        Self { text: String::new(), reasoning: String::new(), logprobs: Vec::new(), done }
+    }
 }
 
 /// A whole request: its choices in index order, the scored prompt (when asked), and the
@@ -155,8 +174,7 @@ pub struct Collected {
 /// Waits for every choice. Dropping the returned future (client gone) cancels them all.
 pub async fn collect(mut admitted: Admitted) -> Collected {
     let n = admitted.choices.max(1);
-    let mut choices: Vec<CollectedChoice> =
-        (0..n).map(|i| CollectedChoice { text: String::new(), logprobs: Vec::new(), done: engine_lost(i) }).collect();
+    let mut choices: Vec<CollectedChoice> = (0..n).map(|i| CollectedChoice::empty(engine_lost(i))).collect();
     let mut prompt = Vec::new();
     let mut progress = Choices::new(n);
     let done = loop {
@@ -165,7 +183,7 @@ pub async fn collect(mut admitted: Admitted) -> Collected {
             Some(StreamEvent::Restarted { index }) => {
                 admitted.restarted(index);
                 if let Some(choice) = choices.get_mut(index as usize) {
-                    (choice.text, choice.logprobs) = (String::new(), Vec::new());
+                    *choice = CollectedChoice::empty(choice.done.clone());
                 }
             }
             Some(StreamEvent::Text { index, text, token_ids, logprobs }) => {
@@ -173,6 +191,13 @@ pub async fn collect(mut admitted: Admitted) -> Collected {
                 admitted.watch(index, &text);
                 if let Some(choice) = choices.get_mut(index as usize) {
                     choice.text.push_str(&text);
+                    choice.logprobs.extend(logprobs);
+                }
+            }
+            Some(StreamEvent::Reasoning { index, text, token_ids, logprobs }) => {
+                admitted.observer.on_tokens(token_ids.len());
+                if let Some(choice) = choices.get_mut(index as usize) {
+                    choice.reasoning.push_str(&text);
                     choice.logprobs.extend(logprobs);
                 }
             }

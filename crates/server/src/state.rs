@@ -10,7 +10,7 @@ use crate::responses::ResponseStore;
 use crate::shape::ShapeRules;
 use crate::tools::ToolDialect;
 use crate::ServerConfig;
-use rillm_backend::Backend;
+use rillm_backend::{Backend, TemplateThinking, ThinkingStart};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -128,6 +128,13 @@ impl AppState {
         let template = self.backend().and_then(|b| b.chat_template_tools());
         let own = self.bound.as_ref().and_then(|b| b.tool_call_parser);
         ToolDialect { format: own.or(self.config.outputs.tool_call_parser).or(template).unwrap_or_default(), template }
+    }
+
+    /// How the bound model's unmarked output reads (`None`: its output is not split into
+    /// thought and answer), and what its chat template does with thinking.
+    pub fn reasoning_reading(&self) -> (Option<ThinkingStart>, Option<TemplateThinking>) {
+        let template = self.backend().and_then(|b| b.chat_template_thinking());
+        (self.config.reasoning.parser.unmarked_start(template), template)
     }
 
     /// How this server composes a request's tools and answer format (`shape`).

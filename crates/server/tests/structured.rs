@@ -212,7 +212,9 @@ async fn constraints_that_cannot_be_honoured_are_400s_naming_the_field() {
         (json!({"guided_json": {"type": "object"}, "guided_regex": "a"}), "guided_regex"),
         (json!({"grammar": "root ::= \"a\""}), "grammar"),
         (json!({"prediction": {"type": "content", "content": "hi"}}), "prediction"),
-        (json!({"reasoning_effort": "low"}), "reasoning_effort"),
+        (json!({"reasoning_effort": "extreme"}), "reasoning_effort"),
+        (json!({"max_reasoning_tokens": -5}), "max_reasoning_tokens"),
+        (json!({"chat_template_kwargs": {"enable_thinking": "yes"}}), "chat_template_kwargs.enable_thinking"),
     ];
     for (extra, param) in cases {
         let mut body = json!({"messages": messages, "max_tokens": 4});

@@ -9,6 +9,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
 
 use super::constraint::SequenceConstraint;
+use super::thinking::ThinkingPlan;
 use crate::runtime::TokenId;
 use rillm_backend::{
     ChoiceControls, Completion, FinishReason, Rejected, SamplingParams, ServerTimings, StreamEvent, Usage,
@@ -38,6 +39,9 @@ pub(crate) struct PendingRequest {
     pub ignore_eos: bool,
     /// Structured output: the compiled constraint, at its start.
     pub constraint: Option<SequenceConstraint>,
+    /// A reasoning model's output read as thought and answer (the constraint applies to
+    /// the answer).
+    pub thinking: Option<ThinkingPlan>,
     /// Alternatives per token when log-probabilities are asked for (`None`: not asked).
     pub logprobs: Option<u32>,
     /// Alternatives per prompt token when the prompt is to be scored (`None`: not asked).
@@ -81,6 +85,7 @@ impl PendingRequest {
             stop: self.stop.clone(),
             stop_token_ids: self.stop_token_ids.clone(),
             constraint: self.constraint.clone(),
+            thinking: self.thinking.clone(),
             events: self.events.clone(),
             controls: Arc::clone(&self.controls),
             forecast_ms: None,
@@ -111,6 +116,7 @@ impl PendingRequest {
             min_tokens: 0,
             ignore_eos: false,
             constraint: None,
+            thinking: None,
             logprobs: None,
             prompt_logprobs: None,
             submitted: Instant::now(),

@@ -32,6 +32,8 @@ pub(crate) struct Sequence {
     /// The request's logit bias and repetition penalties, with the output counts they
     /// need (`None`: it asked for neither).
     logit_adjust: Option<LogitAdjust>,
+    /// The server has closed a reasoning model's thought (once at most).
+    closed_thought: bool,
     timing: Timing,
 }
 
@@ -47,7 +49,7 @@ struct Timing {
 impl Sequence {
     /// `reused` prompt tokens are already in the slot's KV cache.
     pub fn new(request: PendingRequest, reused: u32) -> Self {
-        let output = Output::new(text_stream(&request));
+        let output = new_output(&request);
         let logit_adjust = adjustments(&request);
         Self {
             request,
@@ -57,6 +59,7 @@ impl Sequence {
             awaits_fork: false,
             start_forced: Vec::new(),
             logit_adjust,
+            closed_thought: false,
             timing: Timing { admitted: Instant::now(), first_token_at: None, decode_elapsed_ms: 0.0 },
         }
     }
@@ -223,7 +226,7 @@ impl Sequence {
     /// How many of `draft`'s first tokens its constraint would accept next (all of them
     /// when unconstrained): a draft the grammar refuses cannot be the model's next token.
     pub fn constraint_allows(&mut self, draft: &[TokenId]) -> usize {
-        match self.request.constraint.as_mut() {
+        match self.answer_constraint() {
             Some(constraint) => constraint.allowed_prefix(draft),
             None => draft.len(),
         }
@@ -246,6 +249,9 @@ impl Sequence {
     /// request with choices (they copy the prompt's KV and sample from its last row), with
     /// log-probabilities (a forced token has none) or with its prompt scored.
     pub fn find_start_forced(&mut self, ctx_limit: u32) {
+        if !self.output.is_answering() {
+            return;
+        }
         let request = &mut self.request;
         let Some(constraint) = request.constraint.as_mut() else { return };
         if request.n > 1 || request.logprobs.is_some() || request.prompt_logprobs.is_some() {
@@ -272,7 +278,7 @@ impl Sequence {
 
     /// Before sampling: the tokens its constraint allows now (`None`: unconstrained).
     pub fn constraint_mask(&mut self) -> Result<Option<toktrie::SimpleVob>, String> {
-        match self.request.constraint.as_mut() {
+        match self.answer_constraint() {
             Some(constraint) => constraint.mask(),
             None => Ok(None),
         }
@@ -281,10 +287,10 @@ impl Sequence {
     /// Whether its constraint refuses `token` though no mask kept it out: a lazy grammar
     /// the token would trigger and break at once (`SequenceConstraint::refuses`).
     pub fn constraint_refuses(&mut self, token: TokenId, tokenizer: &dyn Tokenizer) -> bool {
-        let Some(constraint) = self.request.constraint.as_mut() else { return false };
-        if tokenizer.is_end_of_generation(token) {
+        if tokenizer.is_end_of_generation(token) || self.answer_constraint().is_none() {
             return false;
         }
+        let Some(constraint) = self.request.constraint.as_mut() else { return false };
         let bytes = self.output.token_bytes();
         tokenizer.append_token_bytes(token, bytes);
         constraint.refuses(bytes)
@@ -293,7 +299,15 @@ impl Sequence {
     /// The tokens a lazy constraint still waiting for its trigger takes: all but those it
     /// refuses (`constraint_refuses`).
     pub fn lazy_constraint_mask(&mut self) -> Result<Option<toktrie::SimpleVob>, String> {
-        self.request.constraint.as_mut().map(SequenceConstraint::lazy_mask).transpose()
+        self.answer_constraint().map(SequenceConstraint::lazy_mask).transpose()
+    }
+
+    /// Its constraint, once the answer has begun (a reasoning model's thought is free).
+    fn answer_constraint(&mut self) -> Option<&mut SequenceConstraint> {
+        if !self.output.is_answering() {
+            return None;
+        }
+        self.request.constraint.as_mut()
     }
 
     /// Handles a freshly sampled token, and under a constraint the tokens it forces after
@@ -306,7 +320,65 @@ impl Sequence {
         ctx_limit: u32,
         counters: &ConstraintCounters,
     ) -> Result<Option<FinishReason>, String> {
-        if self.request.constraint.is_none() {
+        if self.ends_turn_in_thought(token, tokenizer) {
+            // The answer has a shape to take: the thought is closed instead, and the
+            // model answers. The end token is not taken (nor its log-probability).
+            if self.request.logprobs.is_some() {
+                self.output.drop_last_logprob();
+            }
+            return Ok(self.close_thought(tokenizer, ctx_limit));
+        }
+        let finished = self.accept_under_constraint(token, tokenizer, ctx_limit, counters)?;
+        Ok(finished.or_else(|| if self.budget_spent() { self.close_thought(tokenizer, ctx_limit) } else { None }))
+    }
+
+    /// Whether `token` would end the turn inside a thought when the request asked for its
+    /// answer in a shape (tools, a format): a reply with no answer would break that promise.
+    fn ends_turn_in_thought(&self, token: TokenId, tokenizer: &dyn Tokenizer) -> bool {
+        tokenizer.is_end_of_generation(token)
+            && self.request.constraint.is_some()
+            && self.output.is_thinking()
+            && !self.closed_thought
+    }
+
+    /// Whether the thought has spent its budget.
+    fn budget_spent(&self) -> bool {
+        let budget = self.request.thinking.as_ref().and_then(|plan| plan.budget);
+        budget.is_some_and(|limit| limit <= self.output.thinking_tokens())
+    }
+
+    /// Closes the thought: the closing marker's tokens are taken as generated without
+    /// sampling, fed with the next step (as jump-forward feeds a grammar's forced tokens),
+    /// and the model answers after them. Once per output. With log-probabilities each
+    /// forced token gets 0 (it was certain) and no alternatives.
+    fn close_thought(&mut self, tokenizer: &dyn Tokenizer, ctx_limit: u32) -> Option<FinishReason> {
+        if self.closed_thought || !self.output.is_thinking() {
+            return None;
+        }
+        self.closed_thought = true;
+        let close = self.request.thinking.as_ref()?.close.clone();
+        for token in close {
+            if self.request.logprobs.is_some() {
+                let mut bytes = Vec::new();
+                tokenizer.append_token_bytes(token, &mut bytes);
+                self.output.note_logprob(TokenLogprob { token, bytes, logprob: 0.0, top: Vec::new() });
+            }
+            if let Some(reason) = self.push_generated(token, tokenizer, ctx_limit) {
+                return Some(reason);
+            }
+        }
+        None
+    }
+
+    /// `accept_token` before the thinking budget is looked at.
+    fn accept_under_constraint(
+        &mut self,
+        token: TokenId,
+        tokenizer: &dyn Tokenizer,
+        ctx_limit: u32,
+        counters: &ConstraintCounters,
+    ) -> Result<Option<FinishReason>, String> {
+        if self.answer_constraint().is_none() {
             return Ok(self.push_generated(token, tokenizer, ctx_limit));
         }
         // End of generation ends it: the mask allowed it only where the output may end.
@@ -342,7 +414,8 @@ impl Sequence {
         }
         let restart = self.request.constraint.as_mut()?.take_restart()?;
         self.request.constraint = Some(restart);
-        self.output = Output::new(text_stream(&self.request));
+        self.output = new_output(&self.request);
+        self.closed_thought = false;
         self.logit_adjust = adjustments(&self.request);
         self.cached = self.cached.min(self.request.prompt.len().saturating_sub(1) as u32);
         self.find_start_forced(ctx_limit);
@@ -443,6 +516,7 @@ impl Sequence {
                 prompt_tokens: self.request.prompt.len() as u32,
                 completion_tokens: self.generated(),
                 cached_tokens: self.cached_prompt,
+                reasoning_tokens: self.output.thinking_tokens(),
             },
             timings: ServerTimings {
                 queue_ms: ms(timing.admitted - self.request.submitted),
@@ -455,6 +529,11 @@ impl Sequence {
         let _ = self.request.events.send(StreamEvent::Finished(completion.clone()));
         completion
     }
+}
+
+/// A fresh output for the request: its stop strings, its thought read apart.
+fn new_output(request: &PendingRequest) -> Output {
+    Output::new(text_stream(request), request.thinking.as_ref().map(|plan| plan.split()))
 }
 
 /// The text stream a request's output goes through: its stop strings, streamed or not.

@@ -66,6 +66,7 @@ pub(crate) fn load_model(config: &EngineConfig) -> Result<Arc<LlamaModelHandle>,
     let tokenizer_info = rillm_backend::TokenizerInfo {
         bos_token: Some(piece(vocab.bos())).filter(|p| !p.is_empty()),
         eos_token: Some(piece(vocab.eos())).filter(|p| !p.is_empty()),
+        chat_template_thinking: template_source.as_deref().and_then(rillm_backend::TemplateThinking::read),
         chat_template: template_source,
         chat_template_tools: template.as_ref().and_then(ChatTemplate::tool_format),
     };

@@ -93,7 +93,8 @@ pub fn collect_scored(mut stream: RequestStream) -> Scored {
                 tops.extend(logprobs.iter().map(alternatives));
             }
             StreamEvent::Finished(done) => return Scored { text, ids, tops, done },
-            StreamEvent::Prompt(_) | StreamEvent::Restarted { .. } => {}
+            // Not asked for: these requests read no thought apart.
+            StreamEvent::Prompt(_) | StreamEvent::Restarted { .. } | StreamEvent::Reasoning { .. } => {}
         }
     }
     panic!("stream ended without a Finished event");

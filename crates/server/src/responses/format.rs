@@ -33,6 +33,8 @@ pub struct Echo {
     pub store: bool,
     /// Generated apart from the request that asked (`background`), to be polled.
     pub background: bool,
+    /// `reasoning` as sent (`effort` and `summary`, null when not).
+    pub reasoning: Value,
 }
 
 /// Where a finished response is kept, with the conversation it answers (without its
@@ -87,6 +89,7 @@ impl ResponsesFormat {
     /// The whole response, from the collected reply.
     pub fn whole(&mut self, collected: Collected) -> Value {
         if let Some(choice) = collected.choices.into_iter().next() {
+            self.reasoning(0, &choice.reasoning, &[], &[]);
             self.text(0, &choice.text, &[], &choice.logprobs);
             self.choice_done(&choice.done);
         }
@@ -153,7 +156,7 @@ impl ResponsesFormat {
             "output": self.items.items(),
             "parallel_tool_calls": echo.parallel_tool_calls,
             "previous_response_id": echo.previous_response_id,
-            "reasoning": {"effort": null, "summary": null},
+            "reasoning": echo.reasoning,
             "store": echo.store,
             "temperature": echo.temperature,
             "text": echo.text,
@@ -192,6 +195,7 @@ fn reply_message(items: &[Value]) -> HistoryMessage {
         parts.filter_map(|part| part["text"].as_str()).collect()
     };
     let field = |item: &Value, key: &str| item[key].as_str().unwrap_or_default().to_string();
+    let thought: String = items.iter().filter(|i| i["type"] == "reasoning").map(text).collect();
     HistoryMessage {
         role: "assistant".into(),
         content: items.iter().filter(|i| i["type"] == "message").map(text).collect(),
@@ -201,6 +205,7 @@ fn reply_message(items: &[Value]) -> HistoryMessage {
             .map(|i| HistoryCall { id: field(i, "call_id"), name: field(i, "name"), arguments: field(i, "arguments") })
             .collect(),
         tool_call_id: None,
+        reasoning: (!thought.is_empty()).then_some(thought),
     }
 }
 
@@ -210,7 +215,7 @@ fn usage_json(usage: &Usage) -> Value {
         "input_tokens": usage.prompt_tokens,
         "input_tokens_details": {"cached_tokens": usage.cached_tokens},
         "output_tokens": usage.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
         "total_tokens": usage.prompt_tokens + usage.completion_tokens,
     })
 }
@@ -230,6 +235,10 @@ impl StreamFormat for ResponsesFormat {
         let events = parser.push(text);
         self.held_logprobs.extend(entries);
         events.into_iter().flat_map(|event| self.tool_event(event)).collect()
+    }
+
+    fn reasoning(&mut self, _index: u32, text: &str, _token_ids: &[u32], _logprobs: &[TokenLogprob]) -> Vec<Event> {
+        self.items.reasoning(text)
     }
 
     fn restarted(&mut self, _index: u32) {

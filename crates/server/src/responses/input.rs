@@ -37,7 +37,21 @@ pub fn conversation(earlier: &[HistoryMessage], input: Value) -> Result<Vec<Hist
         };
         let kind = item.get("type").and_then(Value::as_str).unwrap_or("message");
         match kind {
-            "message" => history.push(input_message(i, &item)?),
+            "message" => {
+                let message = input_message(i, &item)?;
+                match history.last_mut() {
+                    // The answer after its thought: one assistant turn.
+                    Some(last) if is_thought_alone(last) && message.role == "assistant" => {
+                        last.content = message.content
+                    }
+                    _ => history.push(message),
+                }
+            }
+            "reasoning" => {
+                let thought =
+                    HistoryMessage { reasoning: Some(reasoning_text(&item)), ..message("assistant", String::new()) };
+                history.push(thought);
+            }
             "function_call" => {
                 let call = function_call(i, &item)?;
                 match history.last_mut() {
@@ -70,8 +84,30 @@ pub fn conversation(earlier: &[HistoryMessage], input: Value) -> Result<Vec<Hist
     Ok(history)
 }
 
+/// An assistant turn holding a reasoning item only, so far.
+fn is_thought_alone(message: &HistoryMessage) -> bool {
+    message.role == "assistant"
+        && message.reasoning.is_some()
+        && message.content.is_empty()
+        && message.tool_calls.is_empty()
+}
+
+/// A reasoning item's thought: its `reasoning_text` content, else its summary's text.
+fn reasoning_text(item: &serde_json::Map<String, Value>) -> String {
+    let texts = |key: &str| -> String {
+        let parts = item.get(key).and_then(Value::as_array).into_iter().flatten();
+        parts.filter_map(|part| part.get("text").and_then(Value::as_str)).collect()
+    };
+    let content = texts("content");
+    if content.is_empty() {
+        texts("summary")
+    } else {
+        content
+    }
+}
+
 fn message(role: &str, content: String) -> HistoryMessage {
-    HistoryMessage { role: role.into(), content, tool_calls: Vec::new(), tool_call_id: None }
+    HistoryMessage::new(role, content)
 }
 
 /// `{"role", "content"}`: content as a string or a list of text parts.

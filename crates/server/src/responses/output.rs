@@ -1,5 +1,6 @@
 //! The Responses API's output items, built from the reply as the tool-call parser reads it:
-//! a `message` item for text, a `function_call` item per call, each announced by the events
+//! a `reasoning` item for a reasoning model's thought, a `message` item for text, a
+//! `function_call` item per call, each announced by the events
 //! OpenAI streams (`response.output_item.added`, `response.output_text.delta`,
 //! `response.function_call_arguments.delta`, `response.output_item.done`, ...) as it grows.
 //! A whole response is built by the same calls in one pass, so a streamed and a whole answer
@@ -14,6 +15,7 @@ use crate::sse::json_event;
 
 /// The item being written.
 enum OpenItem {
+    Reasoning { id: String, text: String },
     Message { id: String, text: String, logprobs: Vec<Value> },
     Call { id: String, call_id: String, name: String, arguments: String },
 }
@@ -27,7 +29,8 @@ pub struct OutputItems {
     sequence: u64,
 }
 
-/// `response.output_text.delta`, serialised from borrowed fields (once per token).
+/// `response.output_text.delta` (with its `logprobs`) and `response.reasoning_text.delta`
+/// (without), serialised from borrowed fields (once per token).
 #[derive(Serialize)]
 struct TextDelta<'a> {
     #[serde(rename = "type")]
@@ -37,7 +40,8 @@ struct TextDelta<'a> {
     output_index: usize,
     content_index: u32,
     delta: &'a str,
-    logprobs: &'a [ChatEntry],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logprobs: Option<&'a [ChatEntry]>,
 }
 
 /// `response.function_call_arguments.delta`.
@@ -52,6 +56,7 @@ struct ArgumentsDelta<'a> {
 }
 
 const TEXT_DELTA: &str = "response.output_text.delta";
+const REASONING_DELTA: &str = "response.reasoning_text.delta";
 const ARGUMENTS_DELTA: &str = "response.function_call_arguments.delta";
 
 impl OutputItems {
@@ -113,9 +118,44 @@ impl OutputItems {
                 output_index,
                 content_index: 0,
                 delta: text,
-                logprobs,
+                logprobs: Some(logprobs),
             };
             events.push(json_event(&delta).event(TEXT_DELTA));
+        }
+        events
+    }
+
+    /// More of the reply's thought (a reasoning model's): a `reasoning` item whose content
+    /// is its `reasoning_text`, its summary empty (none is written).
+    pub fn reasoning(&mut self, text: &str) -> Vec<Event> {
+        if text.is_empty() {
+            return Vec::new();
+        }
+        let mut events = Vec::new();
+        if !matches!(self.open, Some(OpenItem::Reasoning { .. })) {
+            events.extend(self.close(true));
+            let id = format!("rs_{}_{}", self.response, self.items.len());
+            let output_index = self.output_index();
+            let item = json!({"id": id, "type": "reasoning", "summary": [], "content": [], "status": "in_progress"});
+            events.push(self.event("response.output_item.added", json!({"output_index": output_index, "item": item})));
+            let added = json!({"item_id": id, "output_index": output_index, "content_index": 0,
+                "part": reasoning_text("")});
+            events.push(self.event("response.content_part.added", added));
+            self.open = Some(OpenItem::Reasoning { id, text: String::new() });
+        }
+        let (sequence_number, output_index) = (self.next_sequence(), self.output_index());
+        if let Some(OpenItem::Reasoning { id, text: whole }) = &mut self.open {
+            whole.push_str(text);
+            let delta = TextDelta {
+                kind: REASONING_DELTA,
+                sequence_number,
+                item_id: id,
+                output_index,
+                content_index: 0,
+                delta: text,
+                logprobs: None,
+            };
+            events.push(json_event(&delta).event(REASONING_DELTA));
         }
         events
     }
@@ -149,6 +189,17 @@ impl OutputItems {
         let output_index = self.output_index();
         let mut events = Vec::with_capacity(3);
         let item = match open {
+            OpenItem::Reasoning { id, text } => {
+                let part = reasoning_text(&text);
+                let at = json!({"item_id": id, "output_index": output_index, "content_index": 0});
+                let mut done = at.clone();
+                done["text"] = text.clone().into();
+                events.push(self.event("response.reasoning_text.done", done));
+                let mut part_done = at;
+                part_done["part"] = part.clone();
+                events.push(self.event("response.content_part.done", part_done));
+                json!({"id": id, "type": "reasoning", "summary": [], "content": [part], "status": status})
+            }
             OpenItem::Message { id, text, logprobs } => {
                 let part = output_text(&text, &logprobs);
                 let at = |mut fields: Value| {
@@ -176,6 +227,10 @@ impl OutputItems {
     pub fn call_open(&self) -> bool {
         matches!(self.open, Some(OpenItem::Call { .. }))
     }
+}
+
+fn reasoning_text(text: &str) -> Value {
+    json!({"type": "reasoning_text", "text": text})
 }
 
 fn output_text(text: &str, logprobs: &[Value]) -> Value {
@@ -211,5 +266,20 @@ mod tests {
         assert_eq!((items[1]["call_id"].as_str(), items[1]["id"].as_str()), (Some("call_a"), Some("fc_r1_1")));
         assert_eq!(items[2]["status"], "incomplete", "a call cut short says so");
         assert!(output.close(true).is_empty(), "nothing is open any more");
+    }
+
+    #[test]
+    fn a_thought_is_a_reasoning_item_before_the_answer() {
+        let mut output = OutputItems::new("r2");
+        assert!(output.reasoning("").is_empty());
+        assert_eq!(output.reasoning("Two and ").len(), 3, "item added, part added, delta");
+        assert_eq!(output.reasoning("two.").len(), 1);
+        assert_eq!(output.text("4", &[]).len(), 6, "thought done, part done, item done; message added, part, delta");
+        output.close(true);
+        let items = output.items();
+        assert_eq!(items[0]["type"], "reasoning");
+        assert_eq!(items[0]["content"], json!([{"type": "reasoning_text", "text": "Two and two."}]));
+        assert_eq!(items[0]["summary"], json!([]));
+        assert_eq!(items[1]["content"][0]["text"], "4");
     }
 }

@@ -17,6 +17,7 @@ use crate::openai::{
     openai_finish_reason, respond, usage_json, GenerationParams, ResponseMeta, SamplingFields, StopFields, StopInput,
     StreamOptions,
 };
+use crate::reasoning::ReasoningFields;
 use crate::shape::OutputShape;
 use crate::sse::{json_event, CollectedChoice, StreamFormat};
 use crate::state::AppState;
@@ -60,6 +61,9 @@ pub struct ChatBody {
     stop_fields: StopFields,
     #[serde(flatten)]
     constraints: ConstraintFields,
+    /// reasoning_effort, max_reasoning_tokens, thinking_budget_tokens.
+    #[serde(flatten)]
+    reasoning: ReasoningFields,
     /// Everything else the client sent: refused by name unless it changes nothing.
     #[serde(flatten)]
     other: serde_json::Map<String, Value>,
@@ -71,6 +75,9 @@ pub(crate) struct MessageInput {
     content: Option<ContentInput>,
     tool_calls: Option<Vec<Value>>,
     tool_call_id: Option<String>,
+    /// An earlier reply's thought, under either name clients send it.
+    reasoning_content: Option<String>,
+    reasoning: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -191,7 +198,14 @@ fn history(input: Vec<MessageInput>) -> Result<Vec<HistoryMessage>, ApiError> {
                 .enumerate()
                 .map(|(j, c)| HistoryCall::from_value(c, &format!("messages[{i}].tool_calls[{j}]")))
                 .collect::<Result<_, _>>()?;
-            Ok(HistoryMessage { role: m.role, content, tool_calls, tool_call_id: m.tool_call_id })
+            let reasoning = m.reasoning_content.or(m.reasoning).filter(|r| !r.is_empty());
+            if reasoning.is_some() && m.role != "assistant" {
+                return Err(ApiError::invalid(
+                    format!("messages[{i}].reasoning_content"),
+                    "only assistant messages carry a thought",
+                ));
+            }
+            Ok(HistoryMessage { role: m.role, content, tool_calls, tool_call_id: m.tool_call_id, reasoning })
         })
         .collect()
 }
@@ -216,7 +230,8 @@ pub async fn chat_completions(
     let options = chat_options(body.add_generation_prompt, body.continue_final_message, body.chat_template_kwargs)?;
     let history = history(body.messages)?;
     let shape = shape.after_results(tools::answered_calls(&history));
-    let prompt = render_history(history, shape.tools(), state.tool_dialect(), options)?;
+    let mut prompt = render_history(history, shape.tools(), state.tool_dialect(), options)?;
+    let reasoning = body.reasoning.for_prompt(&state, &mut prompt)?;
     let (max_tokens, max_tokens_param) = match (body.max_completion_tokens, body.max_tokens) {
         (Some(n), _) => (Some(n), "max_completion_tokens"),
         (None, n) => (n, "max_tokens"),
@@ -236,6 +251,7 @@ pub async fn chat_completions(
     }
     .into_request(prompt)?;
     request.logprobs = logprobs;
+    request.reasoning = reasoning;
     // Every call the reply makes parses and fits its function's schema; an answer, its format.
     let fields = shape.apply(&mut request, "messages");
     let mut admitted = admit(&state, "chat", fields, request, received).await?;
@@ -243,8 +259,16 @@ pub async fn chat_completions(
     let reading = shape.call_reading();
     admitted.repeat_watch = reading.as_ref().and_then(|r| r.repeat_watch(admitted.choices));
     let parsers = reading.as_ref().map(|r| (0..admitted.choices).map(|i| call_parser(&meta.id, i, r)).collect());
-    let format =
-        ChatFormat { meta, logprobs: logprobs.is_some(), token_names, choices: admitted.choices, parsers, reading };
+    let reasoning_names = state.config.reasoning.field.names();
+    let format = ChatFormat {
+        meta,
+        logprobs: logprobs.is_some(),
+        token_names,
+        choices: admitted.choices,
+        parsers,
+        reading,
+        reasoning_names,
+    };
     respond(admitted, format, body.stream, |f, whole| {
         let choices: Vec<Value> = whole
             .choices
@@ -254,6 +278,11 @@ pub async fn chat_completions(
                 let mut reason = openai_finish_reason(choice.done.finish_reason);
                 if let Some(reading) = &f.reading {
                     (message, reason) = message_with_calls(&f.meta.id, choice, reading);
+                }
+                if !choice.reasoning.is_empty() {
+                    for name in f.reasoning_names {
+                        message[*name] = Value::from(choice.reasoning.as_str());
+                    }
                 }
                 json!({
                     "index": choice.done.index,
@@ -280,6 +309,8 @@ struct ChatFormat {
     parsers: Option<Vec<ToolCallParser>>,
     /// How calls are read back, with tools.
     reading: Option<CallReading>,
+    /// The names a reasoning model's thought goes out under (`--reasoning-field`).
+    reasoning_names: &'static [&'static str],
 }
 
 /// Call ids unique to the response and choice: `call_<response>_<choice>_<call>`.
@@ -337,6 +368,10 @@ struct Delta<'a> {
     content: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_calls: Option<[Value; 1]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning: Option<&'a str>,
 }
 
 impl ChatFormat {
@@ -396,6 +431,18 @@ impl StreamFormat for ChatFormat {
                 .collect();
         }
         calls.into_iter().map(|event| self.call_chunk(index, event, logprobs.take())).collect()
+    }
+
+    fn reasoning(&mut self, index: u32, text: &str, token_ids: &[u32], logprobs: &[TokenLogprob]) -> Vec<Event> {
+        self.meta.streamed(index, token_ids.len());
+        let logprobs = self.logprobs.then(|| crate::logprobs::chat(logprobs, self.token_names));
+        if text.is_empty() && logprobs.is_none() {
+            return Vec::new();
+        }
+        let named = |name: &str| self.reasoning_names.contains(&name).then_some(text);
+        let delta =
+            Delta { reasoning_content: named("reasoning_content"), reasoning: named("reasoning"), ..Delta::default() };
+        vec![self.chunk_with(index, delta, logprobs, None)]
     }
 
     fn restarted(&mut self, index: u32) {

@@ -1,6 +1,7 @@
 //! `POST /generate`: rillm's own streaming protocol (the prototype's endpoint).
 //!
-//! Each new text piece is `data: {"text", "token_ids"}`; the end is `event: done` with
+//! Each new text piece is `data: {"text", "token_ids"}` (a reasoning model's thought:
+//! `{"reasoning", "token_ids"}`); the end is `event: done` with
 //! finish reason, usage and server timings; a failure mid-stream is `event: error`.
 
 use std::time::Instant;
@@ -16,6 +17,7 @@ use crate::admission::admit;
 use crate::error::ApiError;
 use crate::json::JsonBody;
 use crate::openai::{usage_json, GenerationParams, SamplingFields, StopFields, StopInput};
+use crate::reasoning::ReasoningFields;
 use crate::shape::OutputShape;
 use crate::sse::{json_event, sse_response, StreamFormat};
 use crate::state::AppState;
@@ -52,6 +54,9 @@ pub struct GenerateBody {
     /// The same constraint fields as the OpenAI endpoints.
     #[serde(flatten)]
     constraints: ConstraintFields,
+    /// reasoning_effort and the budgets, as on chat (chat prompts only).
+    #[serde(flatten)]
+    reasoning: ReasoningFields,
 }
 
 const DEFAULT_MAX_TOKENS: u32 = 128;
@@ -78,7 +83,7 @@ pub async fn generate(
     let tools = ToolRequest::from_fields(body.tools, body.tool_choice, body.parallel_tool_calls)?;
     let shape = OutputShape::new(tools, body.constraints.into_constraint()?, state.shape_rules());
     let dialect = state.tool_dialect();
-    let prompt = match body.messages {
+    let mut prompt = match body.messages {
         Some(messages) => crate::routes::chat::render(messages, shape.tools(), dialect, Default::default())?,
         None if shape.tools().is_some() => {
             tools::render_prompt(vec![tools::HistoryMessage::user(body.prompt)], shape.tools(), dialect)?
@@ -86,6 +91,7 @@ pub async fn generate(
         None if body.chat => Prompt::chat(vec![ChatMessage::new("user", body.prompt)]),
         None => Prompt::Text(body.prompt),
     };
+    let reasoning = body.reasoning.for_prompt(&state, &mut prompt)?;
     let mut request = GenerationParams {
         max_tokens,
         max_tokens_param,
@@ -99,6 +105,7 @@ pub async fn generate(
         ..GenerationParams::default()
     }
     .into_request(prompt)?;
+    request.reasoning = reasoning;
     request.logprobs = match body.logprobs {
         None => None,
         Some(n) if (0..=crate::logprobs::MAX_TOP_LOGPROBS).contains(&n) => Some(n as u32),
@@ -117,9 +124,13 @@ struct GenerateFormat {
     calls: Option<ToolCallParser>,
 }
 
+/// A text piece: the answer's (`text`) or, from a reasoning model, its thought's (`reasoning`).
 #[derive(serde::Serialize)]
 struct TextEvent<'a> {
-    text: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning: Option<&'a str>,
     token_ids: &'a [u32],
     #[serde(skip_serializing_if = "Option::is_none")]
     logprobs: Option<serde_json::Value>,
@@ -131,7 +142,12 @@ impl StreamFormat for GenerateFormat {
             parser.push(text);
         }
         let logprobs = (!logprobs.is_empty()).then(|| crate::logprobs::generate(logprobs));
-        vec![json_event(&TextEvent { text, token_ids, logprobs })]
+        vec![json_event(&TextEvent { text: Some(text), reasoning: None, token_ids, logprobs })]
+    }
+
+    fn reasoning(&mut self, _index: u32, text: &str, token_ids: &[u32], logprobs: &[TokenLogprob]) -> Vec<Event> {
+        let logprobs = (!logprobs.is_empty()).then(|| crate::logprobs::generate(logprobs));
+        vec![json_event(&TextEvent { text: None, reasoning: Some(text), token_ids, logprobs })]
     }
 
     fn choice_done(&mut self, done: &Completion) -> Vec<Event> {

@@ -16,6 +16,7 @@ use crate::error::ApiError;
 use crate::json::JsonBody;
 use crate::logprobs::{TokenNames, MAX_TOP_LOGPROBS};
 use crate::openai::{respond, GenerationParams, SamplingFields, StopFields};
+use crate::reasoning::ReasoningFields;
 use crate::responses::{self, Echo, Keep, NotCancelled, ResponsesFormat};
 use crate::shape::OutputShape;
 use crate::sse::collect;
@@ -85,7 +86,11 @@ pub async fn create_response(
     let conversation = responses::conversation(&earlier, input)?;
     let history = responses::with_instructions(body.instructions.as_deref(), &conversation);
     let shape = shape.after_results(tools::answered_calls(&history));
-    let prompt = tools::render_prompt(history, shape.tools(), state.tool_dialect())?;
+    let (thinking_fields, reasoning_echo) = ReasoningFields::from_responses(body.reasoning.clone())?;
+    let mut prompt = tools::render_prompt(history, shape.tools(), state.tool_dialect())?;
+    let reasoning = thinking_fields
+        .for_prompt(&state, &mut prompt)
+        .map_err(|e| e.renamed("reasoning_effort", "reasoning.effort"))?;
     let mut request = GenerationParams {
         max_tokens: body.max_output_tokens,
         max_tokens_param: "max_output_tokens",
@@ -97,6 +102,7 @@ pub async fn create_response(
     }
     .into_request(prompt)?;
     request.logprobs = logprobs;
+    request.reasoning = reasoning;
     // Every call the reply makes parses and fits its function's schema; an answer, its format.
     let fields = shape.apply(&mut request, "input");
     let echo = Echo {
@@ -113,6 +119,7 @@ pub async fn create_response(
         previous_response_id: body.previous_response_id,
         store: body.store != Some(false) && state.responses.enabled(),
         background: body.background == Some(true),
+        reasoning: reasoning_echo,
     };
     if echo.background && !echo.store {
         return Err(ApiError::invalid("background", background_unkept(state.responses.enabled())));
@@ -214,7 +221,7 @@ fn response_not_found(id: &str) -> ApiError {
     ApiError::not_found_param("response_id", format!("Response with id '{id}' not found."))
 }
 
-/// Fields asking for what rillm does not do (conversations, reasoning, truncation, a
+/// Fields asking for what rillm does not do (conversations, truncation, a
 /// streamed background response): each a 400 naming it.
 fn refuse_unserved(body: &ResponsesBody) -> Result<(), ApiError> {
     if body.conversation.as_ref().is_some_and(|v| !v.is_null()) {
@@ -234,14 +241,6 @@ fn refuse_unserved(body: &ResponsesBody) -> Result<(), ApiError> {
             "truncation",
             "only `truncation: \"disabled\"` is supported: a prompt too long is a 400",
         ));
-    }
-    if let Some(Value::Object(reasoning)) = &body.reasoning {
-        if let Some((key, _)) = reasoning.iter().find(|(_, v)| !v.is_null()) {
-            return Err(ApiError::invalid(
-                format!("reasoning.{key}"),
-                "this model does not reason; `reasoning` is not supported",
-            ));
-        }
     }
     if let Some(Value::Object(options)) = &body.stream_options {
         // Usage is always in the last event (AIPerf asks for it anyway); obfuscation pads

@@ -21,11 +21,18 @@ pub struct HistoryMessage {
     pub tool_calls: Vec<HistoryCall>,
     /// A `tool` message: the call it answers.
     pub tool_call_id: Option<String>,
+    /// An assistant message's thought (`reasoning_content` or `reasoning` as sent).
+    pub reasoning: Option<String>,
 }
 
 impl HistoryMessage {
     pub fn user(content: impl Into<String>) -> Self {
-        Self { role: "user".into(), content: content.into(), tool_calls: Vec::new(), tool_call_id: None }
+        Self::new("user", content)
+    }
+
+    /// A message of `role` with only its text.
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        Self { role: role.into(), content: content.into(), tool_calls: Vec::new(), tool_call_id: None, reasoning: None }
     }
 }
 
@@ -113,7 +120,13 @@ fn template_message(message: HistoryMessage, template: ToolCallFormat) -> ChatMe
         })
         .collect();
     let tool_call_id = message.tool_call_id.map(id);
-    ChatMessage { role: message.role, content: message.content, tool_calls, tool_call_id }
+    ChatMessage {
+        role: message.role,
+        content: message.content,
+        tool_calls,
+        tool_call_id,
+        reasoning_content: message.reasoning,
+    }
 }
 
 /// Mistral's templates refuse call ids that are not nine characters; as vLLM does, the last
@@ -166,7 +179,7 @@ fn written_messages(
             }
             content.push_str(&written_calls(&message.tool_calls, format));
         }
-        out.push(ChatMessage::new(message.role, content));
+        out.push(ChatMessage { reasoning_content: message.reasoning, ..ChatMessage::new(message.role, content) });
     }
     if let Some(tools) = tools {
         let block = tools_block(tools, format);
@@ -251,7 +264,7 @@ mod tests {
         ToolDialect { format: ToolCallFormat::Hermes, template: Some(ToolCallFormat::Hermes) };
 
     fn msg(role: &str, content: &str) -> HistoryMessage {
-        HistoryMessage { role: role.into(), content: content.into(), tool_calls: Vec::new(), tool_call_id: None }
+        HistoryMessage::new(role, content)
     }
 
     fn tools(choice: ToolChoice) -> ToolRequest {

@@ -21,6 +21,7 @@ fn drain_choices(events: &mut Events, n: usize) -> Drained {
             }
             StreamEvent::Finished(done) => out.finished.push(done),
             StreamEvent::Restarted { index } => panic!("choice {index} restarted unasked"),
+            StreamEvent::Reasoning { index, .. } => panic!("choice {index} thought unasked"),
         }
     }
     assert_eq!(out.finished.len(), n, "one final event per choice");

@@ -10,6 +10,7 @@ mod draft_model;
 mod kv;
 mod reuse;
 mod speculation;
+mod thinking;
 mod widening;
 
 use std::sync::Arc;
@@ -330,11 +331,18 @@ fn cached_tokens(events: &mut Events) -> u32 {
 
 /// Every event of a finished request: its text, and the final event.
 fn drain(events: &mut Events) -> (String, rillm_backend::Completion) {
-    let mut text = String::new();
+    let (_, text, done) = drain_parts(events);
+    (text, done)
+}
+
+/// Every event of a finished request: its thought, its answer, and the final event.
+fn drain_parts(events: &mut Events) -> (String, String, rillm_backend::Completion) {
+    let (mut thought, mut text) = (String::new(), String::new());
     while let Ok(event) = events.try_recv() {
         match event {
             StreamEvent::Text { text: piece, .. } => text.push_str(&piece),
-            StreamEvent::Finished(done) => return (text, done),
+            StreamEvent::Reasoning { text: piece, .. } => thought.push_str(&piece),
+            StreamEvent::Finished(done) => return (thought, text, done),
             StreamEvent::Prompt(_) | StreamEvent::Restarted { .. } => {}
         }
     }
