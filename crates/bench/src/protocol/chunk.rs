@@ -11,6 +11,9 @@ pub struct UsageInfo {
     pub prompt_tokens: Option<u32>,
     /// Prompt tokens the server reused from its cache.
     pub cached_tokens: Option<u32>,
+    /// Completion tokens a reasoning model spent thinking (`completion_tokens_details`,
+    /// the Responses API's `output_tokens_details`).
+    pub reasoning_tokens: Option<u32>,
 }
 
 impl UsageInfo {
@@ -63,6 +66,12 @@ impl Chunk {
 #[derive(Deserialize)]
 pub(super) struct PromptDetails {
     pub cached_tokens: Option<u64>,
+}
+
+/// `completion_tokens_details` / `output_tokens_details`.
+#[derive(Deserialize)]
+pub(super) struct OutputDetails {
+    pub reasoning_tokens: Option<u64>,
 }
 
 /// A server's count, as the client keeps counts.

@@ -11,7 +11,7 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::chunk::{error_message, n, some_usage, Chunk, PromptDetails, UsageInfo};
+use super::chunk::{error_message, n, some_usage, Chunk, OutputDetails, PromptDetails, UsageInfo};
 use super::responses::ResponsesDecoder;
 use super::Protocol;
 
@@ -90,6 +90,7 @@ struct UsagePayload {
     completion_tokens: Option<u64>,
     prompt_tokens: Option<u64>,
     prompt_tokens_details: Option<PromptDetails>,
+    completion_tokens_details: Option<OutputDetails>,
 }
 
 #[derive(Deserialize)]
@@ -190,6 +191,7 @@ impl StreamDecoder {
                 completion_tokens: n(meta.completion_tokens),
                 prompt_tokens: n(meta.prompt_tokens),
                 cached_tokens: n(meta.cached_tokens),
+                reasoning_tokens: None,
             });
         }
         chunk
@@ -202,6 +204,7 @@ fn usage(u: Option<UsagePayload>) -> Option<UsageInfo> {
         completion_tokens: n(u.completion_tokens),
         prompt_tokens: n(u.prompt_tokens),
         cached_tokens: n(u.prompt_tokens_details.and_then(|d| d.cached_tokens)),
+        reasoning_tokens: n(u.completion_tokens_details.and_then(|d| d.reasoning_tokens)),
     })
 }
 
@@ -273,6 +276,7 @@ fn llamacpp(p: Payload) -> Chunk {
             completion_tokens: n(p.tokens_predicted),
             prompt_tokens: n(p.tokens_evaluated),
             cached_tokens: n(p.timings.and_then(|t| t.cache_n)),
+            reasoning_tokens: None,
         });
     }
     chunk
@@ -311,8 +315,16 @@ mod tests {
         let cached = r#"{"choices":[],"usage":{"prompt_tokens":50,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":32}}}"#;
         assert_eq!(
             one(c, "message", cached).usage,
-            Some(UsageInfo { completion_tokens: Some(4), prompt_tokens: Some(50), cached_tokens: Some(32) })
+            Some(UsageInfo {
+                completion_tokens: Some(4),
+                prompt_tokens: Some(50),
+                cached_tokens: Some(32),
+                reasoning_tokens: None
+            })
         );
+        let thought =
+            r#"{"choices":[],"usage":{"completion_tokens":9,"completion_tokens_details":{"reasoning_tokens":6}}}"#;
+        assert_eq!(one(c, "message", thought).usage.and_then(|u| u.reasoning_tokens), Some(6));
         assert_eq!(one(c, "message", "[DONE]"), Chunk::end());
         let cut = one(c, "message", r#"{"choices":[{"text":"","finish_reason":"length"}]}"#);
         assert!(cut.finished && cut.finish_reason.as_deref() == Some("length"));
@@ -370,7 +382,12 @@ mod tests {
         assert_eq!((c.text.as_str(), c.finished), ("!", true));
         assert_eq!(
             c.usage,
-            Some(UsageInfo { completion_tokens: Some(4), prompt_tokens: Some(7), cached_tokens: Some(3) })
+            Some(UsageInfo {
+                completion_tokens: Some(4),
+                prompt_tokens: Some(7),
+                cached_tokens: Some(3),
+                reasoning_tokens: None
+            })
         );
         assert!(d.decode("message", "[DONE]").end);
     }
@@ -410,7 +427,12 @@ mod tests {
         assert!(last.end && last.finished && !last.is_content());
         assert_eq!(
             last.usage,
-            Some(UsageInfo { completion_tokens: Some(8), prompt_tokens: Some(20), cached_tokens: Some(16) })
+            Some(UsageInfo {
+                completion_tokens: Some(8),
+                prompt_tokens: Some(20),
+                cached_tokens: Some(16),
+                reasoning_tokens: None
+            })
         );
         let limit = one(l, "", r#"{"content":"","stop":true,"stop_type":"limit","tokens_predicted":8}"#);
         assert_eq!(limit.finish_reason.as_deref(), Some("length"), "llama.cpp's limit is a cut by n_predict");

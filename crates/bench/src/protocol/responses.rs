@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::chunk::{error_message, n, some_usage, Chunk, PromptDetails, UsageInfo};
+use super::chunk::{error_message, n, some_usage, Chunk, OutputDetails, PromptDetails, UsageInfo};
 use crate::protocol::tool_calls::{FunctionDelta, ToolCallDelta};
 
 /// A chat history as input items: an assistant turn's calls become `function_call` items
@@ -111,6 +111,7 @@ struct ResponsesUsage {
     input_tokens: Option<u64>,
     output_tokens: Option<u64>,
     input_tokens_details: Option<PromptDetails>,
+    output_tokens_details: Option<OutputDetails>,
 }
 
 /// Decodes one Responses stream. Its calls are output items among messages; they are
@@ -207,6 +208,7 @@ fn end(state: ResponseState) -> Chunk {
             completion_tokens: n(u.output_tokens),
             prompt_tokens: n(u.input_tokens),
             cached_tokens: n(u.input_tokens_details.and_then(|d| d.cached_tokens)),
+            reasoning_tokens: n(u.output_tokens_details.and_then(|d| d.reasoning_tokens)),
         })
     });
     Chunk { usage, finish_reason, ..Chunk::end() }
@@ -241,7 +243,12 @@ mod tests {
         assert_eq!(end.finish_reason.as_deref(), Some("length"));
         assert_eq!(
             end.usage,
-            Some(UsageInfo { completion_tokens: Some(3), prompt_tokens: Some(9), cached_tokens: Some(4) })
+            Some(UsageInfo {
+                completion_tokens: Some(3),
+                prompt_tokens: Some(9),
+                cached_tokens: Some(4),
+                reasoning_tokens: None
+            })
         );
         let whole = r#"{"type":"response.completed","response":{"status":"completed","usage":{"output_tokens":7}}}"#;
         assert_eq!(one(whole).finish_reason.as_deref(), Some("stop"));

@@ -66,9 +66,11 @@ pub fn summary(levels: &[BenchResult]) -> String {
         );
         let _ = writeln!(out, "  {:<24} {:>9} {:>9} {:>9} {:>9} {:>9}", "ms", "mean", "p50", "p90", "p99", "max");
         let l = &r.latency;
-        dist_row(&mut out, "TTFT", &l.ttft_ms);
+        // For a reasoning model TTFT is to the first token of either part: said so.
+        let thinking = l.time_to_first_answer_ms.is_some();
+        dist_row(&mut out, if thinking { "TTFT (thought or answer)" } else { "TTFT" }, &l.ttft_ms);
         dist_row(&mut out, "TTFT from schedule", &l.ttft_from_schedule_ms);
-        if l.time_to_first_answer_ms.is_some() {
+        if thinking {
             dist_row(&mut out, "to first answer token", &l.time_to_first_answer_ms);
         }
         dist_row(&mut out, "TPOT", &l.tpot_ms);
@@ -86,6 +88,9 @@ pub fn summary(levels: &[BenchResult]) -> String {
             opt(t.prefix_cache_hit_pct, " %"),
             t.requests_reporting_cached_tokens
         );
+        if let (Some(thought), Some(output)) = (t.mean_reasoning_tokens, t.mean_output_tokens) {
+            let _ = writeln!(out, "  reasoning: mean {thought:.1} tokens thinking, {:.1} answering", output - thought);
+        }
         if let Some(s) = &r.structured_outputs {
             // Beside tools, the checked outputs are the replies without calls: typed answers.
             let what = if r.tool_calls.is_some() { "final answers" } else { "structured outputs" };

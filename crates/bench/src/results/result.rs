@@ -60,6 +60,9 @@ pub struct RequestJson {
     pub time_to_first_answer_ms: Option<f64>,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub reasoning_chars: usize,
+    /// Completion tokens spent thinking, as the server reported them (0 is left out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event_gaps_ms: Option<Vec<f64>>,
     pub e2e_ms: f64,
@@ -121,6 +124,7 @@ impl RequestJson {
             ttft_from_schedule_ms: r.ttft_ms.map(|t| r3(t + r.dispatch_lag_ms())),
             time_to_first_answer_ms: (r.reasoning_chars > 0).then_some(r.ttfat_ms.map(r3)).flatten(),
             reasoning_chars: r.reasoning_chars,
+            reasoning_tokens: r.reasoning_tokens.filter(|&t| t > 0),
             event_gaps_ms: streamed.then(|| r.event_gaps_ms.iter().copied().map(r3).collect()),
             e2e_ms: r3(r.e2e_ms),
             e2e_from_schedule_ms: r3(if sent { r.e2e_ms + r.dispatch_lag_ms() } else { 0.0 }),
@@ -165,6 +169,7 @@ impl RequestJson {
             ttft_ms: self.ttft_ms,
             ttfat_ms: self.time_to_first_answer_ms.or(self.ttft_ms),
             reasoning_chars: self.reasoning_chars,
+            reasoning_tokens: self.reasoning_tokens,
             event_gaps_ms: self.event_gaps_ms.clone().unwrap_or_default(),
             event_tokens: Vec::new(),
             e2e_ms: self.e2e_ms,
@@ -230,6 +235,10 @@ pub struct TokenSummary {
     pub mean_input_tokens: Option<f64>,
     /// Over completed requests with a known output count.
     pub mean_output_tokens: Option<f64>,
+    /// Reasoning models: output tokens spent thinking, over completed requests whose
+    /// server reported them (the rest of the output is the answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_reasoning_tokens: Option<f64>,
     /// Cached prompt tokens over prompt tokens, in percent, over completed requests whose
     /// server reported `cached_tokens`.
     pub prefix_cache_hit_pct: Option<f64>,
@@ -531,6 +540,11 @@ fn token_summary(sent: &[&RequestRecord], done: &[&RequestRecord]) -> TokenSumma
     TokenSummary {
         mean_input_tokens: mean(sent.iter().filter_map(|r| r.prompt_tokens).map(f64::from)),
         mean_output_tokens: mean(done.iter().filter_map(|r| r.tokens()).map(f64::from)),
+        mean_reasoning_tokens: done
+            .iter()
+            .any(|r| r.reasoning_tokens > Some(0))
+            .then(|| mean(done.iter().filter_map(|r| r.reasoning_tokens).map(f64::from)))
+            .flatten(),
         prefix_cache_hit_pct: (prompt_sum > 0).then(|| 100.0 * cached_sum as f64 / prompt_sum as f64),
         requests_reporting_cached_tokens: reporting.len(),
         requests_without_token_count: done.iter().filter(|r| r.tokens().is_none()).count(),

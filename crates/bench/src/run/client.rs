@@ -47,6 +47,8 @@ pub struct RequestRecord {
     pub ttfat_ms: Option<f64>,
     /// Characters of reasoning text streamed (reasoning models).
     pub reasoning_chars: usize,
+    /// Completion tokens spent thinking, as the server reported them.
+    pub reasoning_tokens: Option<u32>,
     pub event_gaps_ms: Vec<f64>,
     /// Tokens carried by each content event, where the protocol says.
     pub event_tokens: Vec<Option<u32>>,
@@ -96,6 +98,7 @@ impl RequestRecord {
             ttft_ms: None,
             ttfat_ms: None,
             reasoning_chars: 0,
+            reasoning_tokens: None,
             event_gaps_ms: Vec::new(),
             event_tokens: Vec::new(),
             e2e_ms: 0.0,
@@ -118,6 +121,7 @@ impl RequestRecord {
         self.completion_tokens = usage.completion_tokens.or(self.completion_tokens);
         self.prompt_tokens = usage.prompt_tokens.or(self.prompt_tokens);
         self.cached_tokens = usage.cached_tokens.or(self.cached_tokens);
+        self.reasoning_tokens = usage.reasoning_tokens.or(self.reasoning_tokens);
     }
 
     pub fn dispatch_lag_ms(&self) -> f64 {
