@@ -59,6 +59,7 @@ pub use stats::{EngineStats, HostCacheCounts, STALL_AFTER};
 // alone (the CLI, benchmarks, tests) find them here too.
 pub use rillm_backend::{
     Backend, ChatMessage, Completion, Constraint, ConstraintSnapshot, EmbedInput, EmbedRequest, EmbedResponse,
-    Embeddings, FinishReason, GenerateRequest, Health, ModelTask, Penalties, PrefixCacheSnapshot, Prompt, Rejected,
-    RequestStream, SamplingParams, ServerTimings, StatsSnapshot, StreamEvent, TokenId, TokenLogprob, TopLogprob, Usage,
+    Embeddings, FinishReason, GenerateRequest, Health, ModelTask, Penalties, PrefixCacheSnapshot, Prompt, Reasoning,
+    Rejected, RequestStream, SamplingParams, ServerTimings, StatsSnapshot, StreamEvent, TemplateThinking,
+    ThinkingStart, TokenId, TokenLogprob, TopLogprob, Usage,
 };

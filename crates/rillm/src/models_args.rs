@@ -19,7 +19,7 @@ pub struct ModelsArgs {
     #[arg(long, value_name = "DIR")]
     models_dir: Option<PathBuf>,
     /// A TOML file of models, each with its own settings (ctx_size, max_running, threads,
-    /// chat_template_file, draft_model, pooling, tool_call_parser, aliases, pinned,
+    /// chat_template_file, draft_model, pooling, tool_call_parser, reasoning_parser, aliases, pinned,
     /// preload): see docs/several-models.md.
     #[arg(long, value_name = "FILE")]
     models_config: Option<PathBuf>,
@@ -117,6 +117,7 @@ fn flag_model((name, path): (String, PathBuf)) -> ConfiguredModel {
         pinned: false,
         preload: false,
         tool_call_parser: None,
+        reasoning_parser: None,
         settings: ModelSettings::default(),
     }
 }
@@ -203,6 +204,7 @@ pub fn spec(model: &ConfiguredModel) -> ModelSpec {
         pinned: model.pinned,
         file_bytes,
         tool_call_parser: model.tool_call_parser,
+        reasoning_parser: model.reasoning_parser,
     }
 }
 

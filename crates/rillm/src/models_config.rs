@@ -21,14 +21,15 @@
 //! pooling = "mean"
 //! ```
 //!
-//! `tool_call_parser` sets a chat model's tool-call format over `--tool-call-parser`. An
+//! `tool_call_parser` sets a chat model's tool-call format over `--tool-call-parser`,
+//! `reasoning_parser` how its thought is read over `--reasoning-parser`. An
 //! unknown key is an error naming it (a misspelt setting must not be silently ignored).
 //! The server's other output options stay server-wide.
 
 use std::path::{Path, PathBuf};
 
 use rillm_engine::{EngineConfig, Pooling, Speculative};
-use rillm_server::ToolCallFormat;
+use rillm_server::{ReasoningParser, ToolCallFormat};
 use serde::Deserialize;
 
 #[derive(Debug, Deserialize)]
@@ -58,6 +59,7 @@ struct ModelSection {
     draft_model: Option<PathBuf>,
     pooling: Option<String>,
     tool_call_parser: Option<String>,
+    reasoning_parser: Option<String>,
 }
 
 /// A model from the file: its name, aliases, file, and what it sets over the serve flags.
@@ -70,6 +72,8 @@ pub struct ConfiguredModel {
     pub preload: bool,
     /// Its tool-call format, over `--tool-call-parser` (the server applies it).
     pub tool_call_parser: Option<ToolCallFormat>,
+    /// How its thought is read, over `--reasoning-parser` (the server applies it).
+    pub reasoning_parser: Option<ReasoningParser>,
     pub settings: ModelSettings,
 }
 
@@ -159,6 +163,10 @@ fn configured(section: ModelSection, dir: &Path) -> anyhow::Result<ConfiguredMod
         Some(p) => Some(parse_tool_call_parser(p).map_err(|e| anyhow::anyhow!("model `{name}`: {e}"))?),
         None => None,
     };
+    let reasoning_parser = match s.reasoning_parser.as_deref() {
+        Some(p) => Some(ReasoningParser::parse(p).map_err(|e| anyhow::anyhow!("model `{name}`: {e}"))?),
+        None => None,
+    };
     if s.max_running == Some(0) || s.threads == Some(0) || s.ctx_size == Some(0) {
         anyhow::bail!("model `{name}`: ctx_size, max_running and threads must be at least 1");
     }
@@ -177,6 +185,7 @@ fn configured(section: ModelSection, dir: &Path) -> anyhow::Result<ConfiguredMod
         pinned: section.pinned,
         preload: section.preload,
         tool_call_parser,
+        reasoning_parser,
         settings,
     })
 }
@@ -202,6 +211,7 @@ mod tests {
             pinned = true
             preload = true
             tool_call_parser = "llama3_json"
+            reasoning_parser = "qwen3"
 
             [[model]]
             name = "embed"
@@ -215,6 +225,7 @@ mod tests {
         assert_eq!(chat.aliases, vec!["smollm2"]);
         assert!(chat.pinned && chat.preload);
         assert_eq!(chat.tool_call_parser, Some(ToolCallFormat::Llama3Json));
+        assert_eq!(chat.reasoning_parser, Some(ReasoningParser::Qwen3));
         let config = chat.settings.apply(EngineConfig::new("chat.gguf"));
         assert_eq!((config.ctx_per_sequence, config.max_running, config.threads), (4096, 8, 1));
         assert_eq!(config.chat_template.as_deref(), Some("{{ messages }}"));
@@ -244,5 +255,7 @@ mod tests {
         assert!(error("").contains("no [[model]]"));
         let bad_parser = "[[model]]\nname = \"a\"\npath = \"a.gguf\"\ntool_call_parser = \"x\"\n";
         assert!(error(bad_parser).contains("unknown tool-call format"));
+        let bad_reasoning = "[[model]]\nname = \"a\"\npath = \"a.gguf\"\nreasoning_parser = \"r2\"\n";
+        assert!(error(bad_reasoning).contains("unknown reasoning parser `r2`"));
     }
 }

@@ -132,9 +132,11 @@ impl AppState {
 
     /// How the bound model's unmarked output reads (`None`: its output is not split into
     /// thought and answer), and what its chat template does with thinking.
+    /// The bound model's own parser (`--models-config`) wins over `--reasoning-parser`.
     pub fn reasoning_reading(&self) -> (Option<ThinkingStart>, Option<TemplateThinking>) {
         let template = self.backend().and_then(|b| b.chat_template_thinking());
-        (self.config.reasoning.parser.unmarked_start(template), template)
+        let own = self.bound.as_ref().and_then(|b| b.reasoning_parser);
+        (own.unwrap_or(self.config.reasoning.parser).unmarked_start(template), template)
     }
 
     /// How this server composes a request's tools and answer format (`shape`).

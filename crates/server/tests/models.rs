@@ -54,6 +54,7 @@ impl Server {
             pinned: false,
             file_bytes: 0,
             tool_call_parser: None,
+            reasoning_parser: None,
         };
         let specs = vec![spec("chat", &["smollm2"]), spec("embed", &[]), spec("broken", &[])];
         let limits = ModelLimits {

@@ -217,6 +217,10 @@ impl ThinkingSplit {
             self.held.truncate(at);
             let thought = std::mem::take(&mut self.held);
             self.send(pieces, true, thought.trim_end());
+            if pieces.last().is_none_or(|p| !p.reasoning) {
+                // The marker's tokens go with the thought, even with no text to send.
+                pieces.push(Piece { reasoning: true, text: String::new(), token_ids: Vec::new() });
+            }
             self.held = rest;
             self.phase = Phase::Answer;
             self.part_started = false;
@@ -337,6 +341,18 @@ mod tests {
         let chunks = ["<", "th", "ink>", "a<b", " <", "/", "thin", "k", "> c"];
         let (thought, answer, _) = read(Phase::Undecided, ThinkingStart::Answer, &chunks);
         assert_eq!((thought.as_str(), answer.as_str()), ("a<b", "c"));
+    }
+
+    #[test]
+    fn a_closing_marker_s_tokens_go_with_the_thought() {
+        let mut split = ThinkingSplit::new(Phase::Thinking, ThinkingStart::Thinking);
+        assert_eq!(split.push("Hmm", vec![1]), vec![Piece { reasoning: true, text: "Hmm".into(), token_ids: vec![1] }]);
+        let closed = split.push("</think>", vec![2]);
+        assert_eq!(closed, vec![Piece { reasoning: true, text: String::new(), token_ids: vec![2] }]);
+        assert_eq!(
+            split.push("\n\nYes", vec![3, 4]),
+            vec![Piece { reasoning: false, text: "Yes".into(), token_ids: vec![3, 4] }]
+        );
     }
 
     #[test]

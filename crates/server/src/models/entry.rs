@@ -246,6 +246,8 @@ pub struct BoundModel {
     pub name: String,
     /// Its own tool-call format, where its settings give one.
     pub tool_call_parser: Option<rillm_backend::ToolCallFormat>,
+    /// Its own reasoning parser, where its settings give one.
+    pub reasoning_parser: Option<crate::ReasoningParser>,
     backend: Option<Arc<dyn Backend>>,
     in_flight: Arc<AtomicUsize>,
 }
@@ -256,6 +258,7 @@ impl BoundModel {
         Self {
             name: spec.name.clone(),
             tool_call_parser: spec.tool_call_parser,
+            reasoning_parser: spec.reasoning_parser,
             backend: Some(backend),
             in_flight: Arc::clone(in_flight),
         }

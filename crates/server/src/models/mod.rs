@@ -37,6 +37,8 @@ pub struct ModelSpec {
     pub file_bytes: u64,
     /// Its tool-call format, over `--tool-call-parser` (`--models-config`).
     pub tool_call_parser: Option<rillm_backend::ToolCallFormat>,
+    /// How its thought is read, over `--reasoning-parser` (`--models-config`).
+    pub reasoning_parser: Option<crate::ReasoningParser>,
 }
 
 /// A model as the registry has it now.

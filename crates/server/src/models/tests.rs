@@ -35,6 +35,7 @@ fn spec(name: &str) -> ModelSpec {
         pinned: name.starts_with("pinned"),
         file_bytes: 100,
         tool_call_parser: None,
+        reasoning_parser: None,
     }
 }
 
