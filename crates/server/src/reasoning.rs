@@ -136,10 +136,11 @@ pub struct ReasoningOptions {
 pub struct ReasoningFields {
     /// OpenAI's: `none`, `minimal`, `low`, `medium`, `high`.
     reasoning_effort: Option<Value>,
-    /// A per-request budget, in three spellings: rillm's own,
+    /// A per-request budget, in four spellings: rillm's own,
     max_reasoning_tokens: Option<Value>,
-    /// llama-server's,
+    /// llama-server's two,
     thinking_budget_tokens: Option<Value>,
+    reasoning_budget_tokens: Option<Value>,
     /// and vLLM's (with its `--reasoning-config`).
     thinking_token_budget: Option<Value>,
 }
@@ -192,6 +193,13 @@ impl ReasoningFields {
         budgets: &EffortBudgets,
     ) -> Result<Option<Reasoning>, ApiError> {
         let asked = self.asked(template_kwargs, budgets)?;
+        // The effort reaches the template too, as llama-server and vLLM pass it (gpt-oss's
+        // template reads it); templates that do not ignore it.
+        if let Some(Value::String(effort)) = &self.reasoning_effort {
+            if effort != "none" {
+                template_kwargs.entry("reasoning_effort").or_insert_with(|| Value::from(effort.as_str()));
+            }
+        }
         let Some(unmarked_start) = unmarked else { return Ok(None) };
         // Set either way, as llama-server does: some templates read an unset switch as off.
         if let Some(switch) = template.and_then(|t| t.switch) {
@@ -232,6 +240,7 @@ impl ReasoningFields {
         };
         let explicit = budget_field(&self.max_reasoning_tokens, "max_reasoning_tokens")?
             .or(budget_field(&self.thinking_budget_tokens, "thinking_budget_tokens")?)
+            .or(budget_field(&self.reasoning_budget_tokens, "reasoning_budget_tokens")?)
             .or(budget_field(&self.thinking_token_budget, "thinking_token_budget")?);
         let budget = if off { Some(0) } else { explicit.or(effort_budget) };
         Ok(Asked { budget, off: off || budget == Some(0) })
@@ -292,6 +301,7 @@ mod tests {
         assert_eq!(budget(json!({"max_reasoning_tokens": 40, "reasoning_effort": "low"}), json!({}), R1), Some(40));
         assert_eq!(budget(json!({"thinking_budget_tokens": 7}), json!({}), R1), Some(7));
         assert_eq!(budget(json!({"thinking_token_budget": 9}), json!({}), R1), Some(9));
+        assert_eq!(budget(json!({"reasoning_budget_tokens": 11}), json!({}), R1), Some(11));
         assert_eq!(budget(json!({}), json!({"enable_thinking": false}), QWEN3), Some(0));
     }
 
@@ -304,6 +314,8 @@ mod tests {
         assert_eq!(kwargs, json!({}), "no switch: the engine closes the thought in the prompt");
         let (_, kwargs) = read(json!({}), json!({}), QWEN3).expect("accepted");
         assert_eq!(kwargs, json!({"enable_thinking": true}), "set either way, as llama-server does");
+        let (_, kwargs) = read(json!({"reasoning_effort": "high"}), json!({}), R1).expect("accepted");
+        assert_eq!(kwargs, json!({"reasoning_effort": "high"}), "the effort reaches the template");
         let read_back = read(json!({"reasoning_effort": "none"}), json!({"enable_thinking": true}), QWEN3);
         assert_eq!(read_back.expect("accepted").1, json!({"enable_thinking": true}), "the client's own value stays");
         let (reasoning, _) = read(json!({"reasoning_effort": "high"}), json!({}), None).expect("accepted");
