@@ -209,35 +209,9 @@ impl ReasoningFields {
     }
 
     fn asked(&self, template_kwargs: &Map<String, Value>, budgets: &EffortBudgets) -> Result<Asked, ApiError> {
-        let mut off = false;
-        for switch in ["enable_thinking", "thinking"] {
-            match template_kwargs.get(switch) {
-                None | Some(Value::Null) | Some(Value::Bool(true)) => {}
-                Some(Value::Bool(false)) => off = true,
-                Some(other) => {
-                    return Err(ApiError::invalid(
-                        format!("chat_template_kwargs.{switch}"),
-                        format!("`{switch}` must be a boolean, not {other}"),
-                    ))
-                }
-            }
-        }
-        let effort = match &self.reasoning_effort {
-            None | Some(Value::Null) => None,
-            Some(Value::String(effort)) => Some(effort.as_str()),
-            Some(other) => return Err(unknown_effort(other)),
-        };
-        let effort_budget = match effort {
-            None => None,
-            Some("none") => {
-                off = true;
-                None
-            }
-            Some("minimal" | "low") => budgets.low,
-            Some("medium") => budgets.medium,
-            Some("high") => budgets.high,
-            Some(other) => return Err(unknown_effort(&Value::String(other.to_owned()))),
-        };
+        let switched_off = switched_off(template_kwargs)?;
+        let (effort_off, effort_budget) = self.effort_budget(budgets)?;
+        let off = switched_off || effort_off;
         let explicit = budget_field(&self.max_reasoning_tokens, "max_reasoning_tokens")?
             .or(budget_field(&self.thinking_budget_tokens, "thinking_budget_tokens")?)
             .or(budget_field(&self.reasoning_budget_tokens, "reasoning_budget_tokens")?)
@@ -245,6 +219,41 @@ impl ReasoningFields {
         let budget = if off { Some(0) } else { explicit.or(effort_budget) };
         Ok(Asked { budget, off: off || budget == Some(0) })
     }
+
+    /// `reasoning_effort` read: whether it turns thinking off, and its budget.
+    fn effort_budget(&self, budgets: &EffortBudgets) -> Result<(bool, Option<u32>), ApiError> {
+        let effort = match &self.reasoning_effort {
+            None | Some(Value::Null) => return Ok((false, None)),
+            Some(Value::String(effort)) => effort.as_str(),
+            Some(other) => return Err(unknown_effort(other)),
+        };
+        Ok(match effort {
+            "none" => (true, None),
+            "minimal" | "low" => (false, budgets.low),
+            "medium" => (false, budgets.medium),
+            "high" => (false, budgets.high),
+            other => return Err(unknown_effort(&Value::String(other.to_owned()))),
+        })
+    }
+}
+
+/// Whether the client's template switch (`enable_thinking` or `thinking`) turns thinking
+/// off; a switch that is not a boolean is a 400 naming it.
+fn switched_off(template_kwargs: &Map<String, Value>) -> Result<bool, ApiError> {
+    let mut off = false;
+    for switch in ["enable_thinking", "thinking"] {
+        match template_kwargs.get(switch) {
+            None | Some(Value::Null) | Some(Value::Bool(true)) => {}
+            Some(Value::Bool(false)) => off = true,
+            Some(other) => {
+                return Err(ApiError::invalid(
+                    format!("chat_template_kwargs.{switch}"),
+                    format!("`{switch}` must be a boolean, not {other}"),
+                ))
+            }
+        }
+    }
+    Ok(off)
 }
 
 fn unknown_effort(value: &Value) -> ApiError {
