@@ -145,15 +145,6 @@ pub struct ReasoningFields {
     thinking_token_budget: Option<Value>,
 }
 
-/// What a request asks of the model's thinking: off, a budget, or the model's own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Asked {
-    budget: Option<u32>,
-    /// Thinking is off (`none` effort, a budget of 0, or the template's switch false): the
-    /// template's own switch is set to false.
-    off: bool,
-}
-
 /// What the Responses API's `reasoning` may hold: `effort`, and `summary` (accepted; rillm
 /// writes no summary, the thought itself is the reasoning item's content).
 const RESPONSES_REASONING: &[&str] = &["effort", "summary", "generate_summary"];
@@ -192,7 +183,7 @@ impl ReasoningFields {
         template: Option<TemplateThinking>,
         budgets: &EffortBudgets,
     ) -> Result<Option<Reasoning>, ApiError> {
-        let asked = self.asked(template_kwargs, budgets)?;
+        let budget = self.budget(template_kwargs, budgets)?;
         // The effort reaches the template too, as llama-server and vLLM pass it (gpt-oss's
         // template reads it); templates that do not ignore it.
         if let Some(Value::String(effort)) = &self.reasoning_effort {
@@ -202,13 +193,16 @@ impl ReasoningFields {
         }
         let Some(unmarked_start) = unmarked else { return Ok(None) };
         // Set either way, as llama-server does: some templates read an unset switch as off.
+        // A budget of 0 is thinking off.
         if let Some(switch) = template.and_then(|t| t.switch) {
-            template_kwargs.entry(switch).or_insert(Value::Bool(!asked.off));
+            template_kwargs.entry(switch).or_insert(Value::Bool(budget != Some(0)));
         }
-        Ok(Some(Reasoning { unmarked_start, budget: asked.budget }))
+        Ok(Some(Reasoning { unmarked_start, budget }))
     }
 
-    fn asked(&self, template_kwargs: &Map<String, Value>, budgets: &EffortBudgets) -> Result<Asked, ApiError> {
+    /// What the request asks of the model's thinking: a budget (0: off: the `none` effort,
+    /// the template's switch false, or a budget of 0), or the model's own (`None`).
+    fn budget(&self, template_kwargs: &Map<String, Value>, budgets: &EffortBudgets) -> Result<Option<u32>, ApiError> {
         let switched_off = switched_off(template_kwargs)?;
         let (effort_off, effort_budget) = self.effort_budget(budgets)?;
         let off = switched_off || effort_off;
@@ -216,8 +210,7 @@ impl ReasoningFields {
             .or(budget_field(&self.thinking_budget_tokens, "thinking_budget_tokens")?)
             .or(budget_field(&self.reasoning_budget_tokens, "reasoning_budget_tokens")?)
             .or(budget_field(&self.thinking_token_budget, "thinking_token_budget")?);
-        let budget = if off { Some(0) } else { explicit.or(effort_budget) };
-        Ok(Asked { budget, off: off || budget == Some(0) })
+        Ok(if off { Some(0) } else { explicit.or(effort_budget) })
     }
 
     /// `reasoning_effort` read: whether it turns thinking off, and its budget.

@@ -14,7 +14,7 @@ const ROLES: &[&str] = &["system", "developer", "user", "assistant"];
 
 /// The prompt's history: `instructions` (as a system message) before the conversation.
 pub fn with_instructions(instructions: Option<&str>, conversation: &[HistoryMessage]) -> Vec<HistoryMessage> {
-    let system = instructions.filter(|t| !t.is_empty()).map(|text| message("system", text.to_string()));
+    let system = instructions.filter(|t| !t.is_empty()).map(|text| HistoryMessage::new("system", text.to_string()));
     system.into_iter().chain(conversation.iter().cloned()).collect()
 }
 
@@ -49,14 +49,17 @@ pub fn conversation(earlier: &[HistoryMessage], input: Value) -> Result<Vec<Hist
             }
             "reasoning" => {
                 let thought =
-                    HistoryMessage { reasoning: Some(reasoning_text(&item)), ..message("assistant", String::new()) };
+                    HistoryMessage { reasoning: Some(item_thought(&item)), ..HistoryMessage::new("assistant", "") };
                 history.push(thought);
             }
             "function_call" => {
                 let call = function_call(i, &item)?;
                 match history.last_mut() {
                     Some(last) if last.role == "assistant" => last.tool_calls.push(call),
-                    _ => history.push(HistoryMessage { tool_calls: vec![call], ..message("assistant", String::new()) }),
+                    _ => history.push(HistoryMessage {
+                        tool_calls: vec![call],
+                        ..HistoryMessage::new("assistant", String::new())
+                    }),
                 }
             }
             "function_call_output" => {
@@ -93,7 +96,7 @@ fn is_thought_alone(message: &HistoryMessage) -> bool {
 }
 
 /// A reasoning item's thought: its `reasoning_text` content, else its summary's text.
-fn reasoning_text(item: &serde_json::Map<String, Value>) -> String {
+fn item_thought(item: &serde_json::Map<String, Value>) -> String {
     let texts = |key: &str| -> String {
         let parts = item.get(key).and_then(Value::as_array).into_iter().flatten();
         parts.filter_map(|part| part.get("text").and_then(Value::as_str)).collect()
@@ -106,10 +109,6 @@ fn reasoning_text(item: &serde_json::Map<String, Value>) -> String {
     }
 }
 
-fn message(role: &str, content: String) -> HistoryMessage {
-    HistoryMessage::new(role, content)
-}
-
 /// `{"role", "content"}`: content as a string or a list of text parts.
 fn input_message(i: usize, item: &Map<String, Value>) -> Result<HistoryMessage, ApiError> {
     let role = item.get("role").and_then(Value::as_str).unwrap_or_default();
@@ -119,7 +118,7 @@ fn input_message(i: usize, item: &Map<String, Value>) -> Result<HistoryMessage, 
             format!("unknown role `{role}`; expected one of {}", ROLES.join(", ")),
         ));
     }
-    Ok(message(role, text_content(item.get("content"), &format!("input[{i}].content"))?))
+    Ok(HistoryMessage::new(role, text_content(item.get("content"), &format!("input[{i}].content"))?))
 }
 
 /// A string, or parts of which only text ones are served (`input_text`, and the
@@ -165,7 +164,7 @@ fn function_call(i: usize, item: &Map<String, Value>) -> Result<HistoryCall, Api
 fn function_call_output(i: usize, item: &Map<String, Value>) -> Result<HistoryMessage, ApiError> {
     let call_id = required_string(item, "call_id", i)?;
     let output = text_content(item.get("output"), &format!("input[{i}].output"))?;
-    Ok(HistoryMessage { tool_call_id: Some(call_id), ..message("tool", output) })
+    Ok(HistoryMessage { tool_call_id: Some(call_id), ..HistoryMessage::new("tool", output) })
 }
 
 fn required_string(item: &Map<String, Value>, key: &str, i: usize) -> Result<String, ApiError> {

@@ -96,15 +96,9 @@ impl OutputItems {
         }
         let mut events = Vec::new();
         if !matches!(self.open, Some(OpenItem::Message { .. })) {
-            events.extend(self.close(true));
-            let id = format!("msg_{}_{}", self.response, self.items.len());
-            let output_index = self.output_index();
-            let item =
-                json!({"id": id, "type": "message", "status": "in_progress", "role": "assistant", "content": []});
-            events.push(self.event("response.output_item.added", json!({"output_index": output_index, "item": item})));
-            let part = output_text("", &[]);
-            let added = json!({"item_id": id, "output_index": output_index, "content_index": 0, "part": part});
-            events.push(self.event("response.content_part.added", added));
+            let item = json!({"type": "message", "status": "in_progress", "role": "assistant", "content": []});
+            let (id, opened) = self.open_with_part("msg", item, output_text("", &[]));
+            events = opened;
             self.open = Some(OpenItem::Message { id, text: String::new(), logprobs: Vec::new() });
         }
         let (sequence_number, output_index) = (self.next_sequence(), self.output_index());
@@ -133,14 +127,9 @@ impl OutputItems {
         }
         let mut events = Vec::new();
         if !matches!(self.open, Some(OpenItem::Reasoning { .. })) {
-            events.extend(self.close(true));
-            let id = format!("rs_{}_{}", self.response, self.items.len());
-            let output_index = self.output_index();
-            let item = json!({"id": id, "type": "reasoning", "summary": [], "content": [], "status": "in_progress"});
-            events.push(self.event("response.output_item.added", json!({"output_index": output_index, "item": item})));
-            let added = json!({"item_id": id, "output_index": output_index, "content_index": 0,
-                "part": reasoning_text("")});
-            events.push(self.event("response.content_part.added", added));
+            let item = json!({"type": "reasoning", "summary": [], "content": [], "status": "in_progress"});
+            let (id, opened) = self.open_with_part("rs", item, reasoning_text(""));
+            events = opened;
             self.open = Some(OpenItem::Reasoning { id, text: String::new() });
         }
         let (sequence_number, output_index) = (self.next_sequence(), self.output_index());
@@ -158,6 +147,20 @@ impl OutputItems {
             events.push(json_event(&delta).event(REASONING_DELTA));
         }
         events
+    }
+
+    /// Closes the open item and announces one whose content is a single part (a message's
+    /// `output_text`, a thought's `reasoning_text`): its id (`PREFIX_<response>_<index>`)
+    /// and the events so far (`response.output_item.added`, `response.content_part.added`).
+    fn open_with_part(&mut self, prefix: &str, mut item: Value, part: Value) -> (String, Vec<Event>) {
+        let mut events = self.close(true);
+        let id = format!("{prefix}_{}_{}", self.response, self.items.len());
+        let output_index = self.output_index();
+        item["id"] = Value::from(id.as_str());
+        events.push(self.event("response.output_item.added", json!({"output_index": output_index, "item": item})));
+        let added = json!({"item_id": id, "output_index": output_index, "content_index": 0, "part": part});
+        events.push(self.event("response.content_part.added", added));
+        (id, events)
     }
 
     /// A call opens: `call_id` is what the client answers with its output.
