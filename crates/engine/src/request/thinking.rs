@@ -3,7 +3,7 @@
 //! thought (a budget forces the closing marker at its end).
 //!
 //! Text-level, after stop strings and UTF-8 are settled, because the markers are not
-//! single tokens in every vocabulary (Qwen3's are special tokens; a model given a thinking
+//! single tokens in every vocabulary (Qwen3's are added tokens of their own; a model given a thinking
 //! template writes `<`, `think`, `>`). Text that may be the start of a marker is held until
 //! it is or is not; whitespace around the markers is dropped from both parts (the `\n\n` a
 //! model writes after `</think>` is layout, not answer; llama-server keeps it in both).
