@@ -25,7 +25,8 @@ pub use request::{
     TopLogprob, Usage,
 };
 pub use stats::{
-    CacheLayout, ConstraintSnapshot, PrefixCacheSnapshot, SpeculationSnapshot, StatsSnapshot, DRAFT_POSITIONS,
+    CacheLayout, ConstraintSnapshot, PrefixCacheFlush, PrefixCacheSnapshot, SpeculationSnapshot, StatsSnapshot,
+    DRAFT_POSITIONS,
 };
 pub use stream::{ChoiceControls, RequestStream, StartSignal};
 pub use thinking::TemplateThinking;
@@ -110,6 +111,12 @@ pub trait Backend: Send + Sync + 'static {
     /// response cancels it.
     fn embed(&self, _request: EmbedRequest) -> Result<EmbedResponse, Rejected> {
         Err(Rejected::WrongTask { served: self.task(), asked: ModelTask::Embed })
+    }
+    /// Forgets every cached prefix no running request uses (idle slots' KV, the host
+    /// tier): a router's `/flush_cache`, a benchmark's cold start. Blocks until the engine
+    /// has done it. Backends that cache nothing have nothing to drop.
+    fn flush_prefix_cache(&self) -> Result<PrefixCacheFlush, Rejected> {
+        Ok(PrefixCacheFlush::default())
     }
     fn health(&self) -> Health;
     /// Cancels everything and stops the engine.

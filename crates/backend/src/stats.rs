@@ -19,6 +19,18 @@ pub struct PrefixCacheSnapshot {
     pub host_restore_micros: u64,
 }
 
+/// What flushing the prefix cache dropped (a router's `/flush_cache`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PrefixCacheFlush {
+    /// Idle slots whose cached KV was forgotten.
+    pub slots: u64,
+    /// Host-memory entries dropped, and their bytes.
+    pub host_entries: u64,
+    pub host_bytes: u64,
+    /// Sequences running at the time: their KV stays (and is cached again when they end).
+    pub running: u64,
+}
+
 /// Draft positions counted apart: the longest draft an engine feeds (rillm's copies).
 pub const DRAFT_POSITIONS: usize = 64;
 

@@ -6,6 +6,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use crate::config::{EngineConfig, Speculative};
+use crate::control::EngineControl;
 use crate::cost::wait_forecast::Forecast;
 use crate::error::EngineError;
 use crate::queue::{PushError, WaitQueue};
@@ -28,6 +29,10 @@ use rillm_backend::{ChoiceControls, Constraint, FinishReason, GenerateRequest, P
 /// between the bound and this, the head of the queue decides (`Scheduler::refused_at_head`).
 const ADMISSION_SLACK: f64 = 1.5;
 
+/// How long a flush may wait for the engine thread: it flushes between steps, and an idle
+/// one wakes every half second.
+const FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A running engine. Cheap to clone; the engine stops when the last clone is dropped or
 /// [`Engine::shutdown`] is called.
 #[derive(Clone)]
@@ -49,6 +54,8 @@ struct Inner {
     architecture: String,
     tokenizer_info: rillm_backend::TokenizerInfo,
     next_id: AtomicU64,
+    /// Work for the engine thread besides requests.
+    control: Arc<EngineControl>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -78,10 +85,11 @@ impl Engine {
         );
         let (ready_tx, ready_rx) = mpsc::sync_channel(1);
         let forecast = Arc::new(Forecast::new(0));
+        let control = Arc::new(EngineControl::default());
 
         let thread = {
-            let (model, queue, config, forecast) =
-                (Arc::clone(&model), Arc::clone(&queue), config.clone(), Arc::clone(&forecast));
+            let (model, queue, config, forecast, control) =
+                (Arc::clone(&model), Arc::clone(&queue), config.clone(), Arc::clone(&forecast), Arc::clone(&control));
             std::thread::Builder::new()
                 .name("rillm-engine".into())
                 .spawn(move || {
@@ -123,7 +131,8 @@ impl Engine {
                             },
                             fixed_step_prices: config.fixed_step_prices,
                         },
-                    );
+                    )
+                    .controlled(control);
                     let scheduler = match (&config.inherit.prefixes, &model.fingerprint) {
                         (Some(kept), Some(fingerprint)) => scheduler.keeping(kept, fingerprint.clone()),
                         _ => scheduler,
@@ -155,6 +164,7 @@ impl Engine {
                 queue_limit: config.max_queue_ms.map(|limit_ms| QueueLimit { limit_ms, forecast }),
                 prefix_caching: config.prefix_caching,
                 next_id: AtomicU64::new(1),
+                control,
                 thread: Mutex::new(Some(thread)),
             }),
         })
@@ -271,6 +281,16 @@ impl Engine {
             Some(reason) => Rejected::EngineFailed(reason.to_string()),
             None => Rejected::ShuttingDown,
         }
+    }
+
+    /// Forgets every cached prefix no running sequence uses (`Backend::flush_prefix_cache`),
+    /// once the engine thread gets to it between two steps.
+    pub fn flush_prefix_cache(&self) -> Result<rillm_backend::PrefixCacheFlush, Rejected> {
+        if self.inner.queue.is_closed() {
+            return Err(self.closed_reason());
+        }
+        let answered = self.inner.control.ask_flush();
+        answered.recv_timeout(FLUSH_WAIT).map_err(|_| self.closed_reason())
     }
 
     /// Whether `constraint` compiles (`Backend::check_constraint`); a compiled one is cached.

@@ -27,6 +27,7 @@
 
 mod chat;
 mod config;
+mod control;
 mod cost;
 mod embedding;
 mod engine;

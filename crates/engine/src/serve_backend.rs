@@ -86,6 +86,10 @@ impl Backend for Engine {
         })
     }
 
+    fn flush_prefix_cache(&self) -> Result<rillm_backend::PrefixCacheFlush, Rejected> {
+        Engine::flush_prefix_cache(self)
+    }
+
     fn health(&self) -> Health {
         Engine::stats(self).health()
     }

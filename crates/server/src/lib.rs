@@ -144,6 +144,7 @@ pub fn router(state: AppState) -> Router {
         .route("/tokenize", post(routes::tokenize::tokenize))
         .route("/detokenize", post(routes::tokenize::detokenize))
         .route("/tokenizer_info", get(routes::tokenize::tokenizer_info));
+    let protected = routes::worker::routes(protected);
     let metrics = Router::new().route("/metrics", get(routes::info::prometheus));
     let (protected, open) =
         if state.config.metrics_require_key { (protected.merge(metrics), Router::new()) } else { (protected, metrics) };

@@ -16,7 +16,7 @@ pub async fn drain(state: &AppState) {
     if !is_idle(state) {
         tracing::warn!(in_flight = state.in_flight.load(Ordering::SeqCst), "shutdown timeout: cancelling");
     }
-    for backend in served(state) {
+    for backend in state.serving_backends() {
         // Cancelled streams get their final event; joining the engine thread blocks.
         let _ = tokio::task::spawn_blocking(move || backend.shutdown()).await;
     }
@@ -33,17 +33,9 @@ pub async fn wait_for_in_flight(state: &AppState, limit: Duration) {
 }
 
 fn is_idle(state: &AppState) -> bool {
-    let engines_idle = served(state).iter().all(|b| {
+    let engines_idle = state.serving_backends().iter().all(|b| {
         let s = b.stats();
         s.running == 0 && s.waiting == 0
     });
     engines_idle && state.in_flight.load(Ordering::SeqCst) == 0
-}
-
-/// The one model's backend, or every loaded one of several.
-fn served(state: &AppState) -> Vec<std::sync::Arc<dyn rillm_backend::Backend>> {
-    match state.models() {
-        Some(models) => models.loaded(),
-        None => state.backend().cloned().into_iter().collect(),
-    }
 }

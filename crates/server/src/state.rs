@@ -12,6 +12,10 @@ use crate::tools::ToolDialect;
 use crate::ServerConfig;
 use rillm_backend::{Backend, TemplateThinking, ThinkingStart};
 
+/// What SGLang's model gateway (and vllm-router) puts in `model` when a client named none
+/// (its `UNKNOWN_MODEL_ID`): read as no name, unless a model is called that.
+pub const ROUTER_UNNAMED_MODEL: &str = "unknown";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Phase {
@@ -121,6 +125,14 @@ impl AppState {
         }
     }
 
+    /// The one model's backend, or every loaded one of several.
+    pub fn serving_backends(&self) -> Vec<Arc<dyn Backend>> {
+        match self.models() {
+            Some(models) => models.loaded(),
+            None => self.backend().cloned().into_iter().collect(),
+        }
+    }
+
     /// How tools reach the model and calls come back: the bound model's own format
     /// (`--models-config`), else `--tool-call-parser`'s, else the one the chat template
     /// writes, else Hermes (see `tools::prompt`).
@@ -175,7 +187,7 @@ impl AppState {
     fn check_model(&self, requested: Option<&str>) -> Result<(), ApiError> {
         match requested {
             None | Some("") => Ok(()),
-            Some(name) if name == self.model_name() => Ok(()),
+            Some(name) if name == self.model_name() || name == ROUTER_UNNAMED_MODEL => Ok(()),
             Some(name) => Err(ApiError::model_not_found(name)),
         }
     }

@@ -1,5 +1,6 @@
 //! vLLM's stop and length controls, which chat, completions and `/generate` all take:
-//! `stop_token_ids`, `min_tokens`, `include_stop_str_in_output`, `truncate_prompt_tokens`.
+//! `stop_token_ids`, `min_tokens`, `include_stop_str_in_output`, `truncate_prompt_tokens`;
+//! and SGLang's `no_stop_trim`, which routers in front of rillm add to every request.
 //! Typed by hand, as `SamplingFields`: flattened, serde's errors would lose the field name.
 
 use rillm_backend::GenerateRequest;
@@ -18,6 +19,9 @@ pub struct StopFields {
     min_tokens: Option<Value>,
     /// The matched stop string ends the text.
     include_stop_str_in_output: Option<Value>,
+    /// SGLang's name for the same: either one set keeps the stop string (a router sends
+    /// `no_stop_trim: false` beside whatever the client asked).
+    no_stop_trim: Option<Value>,
     /// Only the prompt's last N tokens (-1: as many as the context holds).
     truncate_prompt_tokens: Option<Value>,
 }
@@ -40,11 +44,8 @@ impl StopFields {
             }
             Some(n) => u32::try_from(n).unwrap_or(u32::MAX),
         };
-        request.include_stop_str = match self.include_stop_str_in_output {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => b,
-            Some(other) => return Err(wrong_type("include_stop_str_in_output", "a boolean", &other)),
-        };
+        request.include_stop_str = flag("include_stop_str_in_output", self.include_stop_str_in_output)?
+            || flag("no_stop_trim", self.no_stop_trim)?;
         request.truncate_prompt_tokens = match integer("truncate_prompt_tokens", self.truncate_prompt_tokens)? {
             None => None,
             Some(-1) => Some(u32::MAX),
@@ -57,5 +58,14 @@ impl StopFields {
             }
         };
         Ok(())
+    }
+}
+
+/// A boolean field; absent or null is false.
+fn flag(param: &'static str, value: Option<Value>) -> Result<bool, ApiError> {
+    match value {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(b),
+        Some(other) => Err(wrong_type(param, "a boolean", &other)),
     }
 }

@@ -213,12 +213,18 @@ const NO_EFFECT_FIELDS: &[&str] =
 /// Whether a field's value is the one rillm always has.
 type IsDefault = fn(&Value) -> bool;
 
-/// vLLM's fields whose default is what rillm always does: accepted at that value only
-/// (text without special tokens; no priority scheduling, where vLLM too refuses a priority).
+/// vLLM's and SGLang's fields whose default is what rillm always does: accepted at that
+/// value only (text without special tokens; no priority scheduling, where vLLM too refuses
+/// a priority; a reasoning model's thought apart from its answer, streamed as it comes; no
+/// hidden states). Routers add SGLang's to every request they forward.
 const DEFAULT_ONLY_FIELDS: &[(&str, IsDefault)] = &[
     ("skip_special_tokens", |v| v == &Value::Bool(true)),
     ("spaces_between_special_tokens", |v| v == &Value::Bool(true)),
     ("priority", |v| v.as_i64() == Some(0)),
+    ("separate_reasoning", |v| v == &Value::Bool(true)),
+    ("stream_reasoning", |v| v == &Value::Bool(true)),
+    ("include_reasoning", |v| v == &Value::Bool(true)),
+    ("return_hidden_states", |v| v == &Value::Bool(false)),
 ];
 
 /// Every field of an OpenAI request that the endpoint did not take is refused by name
@@ -315,9 +321,16 @@ mod tests {
         assert_eq!(error.param.as_deref(), Some("prediction"));
         // vLLM's fields at the value rillm always has are accepted; any other is refused.
         assert!(refuse_unknown_fields(&fields(json!({"skip_special_tokens": true, "priority": 0}))).is_ok());
-        for (body, param) in
-            [(json!({"skip_special_tokens": false}), "skip_special_tokens"), (json!({"priority": 5}), "priority")]
-        {
+        // What sglang-router and vllm-router add to every chat request they forward.
+        let routed = json!({"separate_reasoning": true, "stream_reasoning": true, "include_reasoning": true,
+                            "return_hidden_states": false, "skip_special_tokens": true});
+        assert!(refuse_unknown_fields(&fields(routed)).is_ok());
+        for (body, param) in [
+            (json!({"skip_special_tokens": false}), "skip_special_tokens"),
+            (json!({"priority": 5}), "priority"),
+            (json!({"return_hidden_states": true}), "return_hidden_states"),
+            (json!({"separate_reasoning": false}), "separate_reasoning"),
+        ] {
             let error = refuse_unknown_fields(&fields(body)).expect_err("refused");
             assert_eq!(error.param.as_deref(), Some(param));
         }

@@ -71,6 +71,15 @@ impl<S> HostCache<S> {
         }
     }
 
+    /// Drops every entry and returns what was held; the save and eviction counts stay.
+    pub fn clear(&mut self) -> HostCacheCounts {
+        let held = self.counts();
+        self.entries.clear();
+        self.index.clear();
+        self.bytes = 0;
+        held
+    }
+
     pub fn counts(&self) -> HostCacheCounts {
         HostCacheCounts { entries: self.entries.len(), bytes: self.bytes, saves: self.saves, evictions: self.evictions }
     }

@@ -14,6 +14,7 @@ use crate::kv::prefix_index::{reusable, PrefixCache};
 use crate::request::sequence::Sequence;
 use crate::runtime::{Executor, TokenId};
 use crate::stats::EngineStats;
+use rillm_backend::PrefixCacheFlush;
 
 /// Copying another slot's KV stream costs about as much as prefilling a few tokens; below
 /// this many extra reusable tokens it is not worth it.
@@ -101,6 +102,33 @@ impl<S> KvResidency<S> {
             );
             lease.hand_back(cache);
         }
+    }
+
+    /// Forgets every prefix no running sequence uses: idle slots' cells and the host tier.
+    /// A slot with a KV copy pending keeps its cells: the next decode reads or writes them.
+    pub fn flush<E: Executor<Snapshot = S>>(
+        &mut self,
+        executor: &mut E,
+        stats: &EngineStats,
+        slots: &Slots,
+    ) -> PrefixCacheFlush {
+        let mut flushed = PrefixCacheFlush::default();
+        for (slot, running) in slots.iter().enumerate() {
+            if running.is_some() {
+                flushed.running += 1;
+            } else if self.copy_pending[slot].is_none() && !self.idle.held(slot).is_empty() {
+                executor.truncate_sequence(slot, 0);
+                self.idle.clear(slot);
+                flushed.slots += 1;
+            }
+        }
+        if let Some(host) = self.host.as_mut() {
+            let dropped = host.clear();
+            (flushed.host_entries, flushed.host_bytes) = (dropped.entries as u64, dropped.bytes as u64);
+            stats.set_host_cache(self.host_budget, host.counts());
+        }
+        self.changed = true;
+        flushed
     }
 
     /// The slot a new sequence takes: the lowest free one, as llama.cpp computes attention

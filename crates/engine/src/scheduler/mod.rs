@@ -16,6 +16,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::control::EngineControl;
 use crate::cost::step_costs::StepCostModel;
 use crate::cost::wait_forecast::{Forecast, WaitForecaster};
 use crate::cost::Costs;
@@ -92,6 +93,8 @@ pub(crate) struct Scheduler<E: Executor> {
     costs: Costs,
     drafter: Drafter,
     choices: Choices,
+    /// Work asked of the engine thread besides requests (`control`).
+    control: Arc<EngineControl>,
 }
 
 impl<E: Executor> Scheduler<E> {
@@ -126,6 +129,7 @@ impl<E: Executor> Scheduler<E> {
             costs,
             drafter: Drafter::new(mode, config.draft_guard, slots),
             choices: Choices::new(slots),
+            control: Arc::default(),
         }
     }
 
@@ -135,6 +139,7 @@ impl<E: Executor> Scheduler<E> {
             if self.queue.is_closed() {
                 break;
             }
+            self.serve_control();
             if self.running.is_idle() {
                 self.publish(false);
                 if !self.queue.wait_for_item(IDLE_WAKE) {
@@ -163,6 +168,26 @@ impl<E: Executor> Scheduler<E> {
         let (lease, cache) = kept.lease(fingerprint, PREVIOUS_ENGINE_WAIT);
         self.kv.keeping(lease, cache, &self.stats);
         self
+    }
+
+    /// Takes work from `control` (the engine's handle) instead of a control of its own.
+    pub fn controlled(mut self, control: Arc<EngineControl>) -> Self {
+        self.control = control;
+        self
+    }
+
+    /// Does what callers asked of the engine thread since the last step: an idle engine
+    /// gets to it within `IDLE_WAKE`.
+    fn serve_control(&mut self) {
+        let askers = self.control.take_flush_askers();
+        if askers.is_empty() {
+            return;
+        }
+        let flushed = self.kv.flush(&mut self.executor, &self.stats, &self.running);
+        tracing::info!(?flushed, "prefix cache flushed");
+        for asker in askers {
+            let _ = asker.send(flushed);
+        }
     }
 
     /// One step, as its phases: propose, plan, decode, verify (which releases what ends).

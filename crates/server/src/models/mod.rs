@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use rillm_backend::Backend;
 
 use crate::error::ApiError;
+use crate::state::ROUTER_UNNAMED_MODEL;
 use entry::{Acquired, ModelEntry};
 pub use entry::{BoundModel, ModelStatus};
 
@@ -89,7 +90,9 @@ impl ModelRegistry {
 
     /// The model a request names (or, with one model only, the one it need not name).
     fn find(&self, requested: Option<&str>) -> Result<&Arc<ModelEntry>, ApiError> {
-        match requested.filter(|n| !n.is_empty()) {
+        let named = |name: &str| self.entries.iter().any(|e| e.answers_to(name));
+        let requested = requested.filter(|&n| !n.is_empty() && (n != ROUTER_UNNAMED_MODEL || named(n)));
+        match requested {
             None if self.entries.len() == 1 => Ok(&self.entries[0]),
             None => Err(ApiError::invalid(
                 "model",

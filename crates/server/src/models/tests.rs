@@ -66,6 +66,12 @@ async fn requests_route_by_name_or_alias_and_an_unknown_name_is_a_404() {
     assert_eq!(unnamed.body()["error"]["param"], "model");
     let (single, _) = registry_one();
     assert!(single.acquire(None).await.is_ok(), "one model needs no name");
+    // A router's stand-in for no name reaches the one model, unless a model is called so.
+    assert_eq!(single.acquire(Some("unknown")).await.ok().map(|m| m.name.clone()), Some("only".into()));
+    let routed = registry.acquire(Some("unknown")).await.err().expect("two models: which?");
+    assert_eq!(routed.body()["error"]["param"], "model");
+    let (named_so, _) = self::registry(&["unknown", "b"], None);
+    assert_eq!(named_so.acquire(Some("unknown")).await.ok().map(|m| m.name.clone()), Some("unknown".into()));
 }
 
 fn registry_one() -> (Arc<ModelRegistry>, Arc<Loader>) {

@@ -57,9 +57,29 @@ pub struct GenerateBody {
     /// reasoning_effort and the budgets, as on chat (chat prompts only).
     #[serde(flatten)]
     reasoning: ReasoningFields,
+    /// SGLang's own `/generate` body (which a router forwards unchanged): refused by name.
+    text: Option<serde_json::Value>,
+    sampling_params: Option<serde_json::Value>,
 }
 
 const DEFAULT_MAX_TOKENS: u32 = 128;
+
+/// SGLang's `/generate` shares the path but not the body (`text`, `sampling_params`) nor
+/// the stream: a clear 400 rather than a request read as an empty prompt.
+fn refuse_sglang_body(body: &GenerateBody) -> Result<(), ApiError> {
+    let param = match (&body.text, &body.sampling_params) {
+        (Some(_), _) => "text",
+        (None, Some(_)) => "sampling_params",
+        (None, None) => return Ok(()),
+    };
+    Err(ApiError::invalid(
+        param,
+        format!(
+            "`{param}` belongs to SGLang's /generate, which rillm does not serve: rillm's /generate takes `prompt` \
+             (or `messages`) with `max_tokens` and the sampling fields at the top level; or send /v1/completions"
+        ),
+    ))
+}
 
 pub async fn generate(
     State(state): State<AppState>,
@@ -67,6 +87,7 @@ pub async fn generate(
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
     let state = state.for_model(body.model.as_deref()).await?;
+    refuse_sglang_body(&body)?;
     if body.prompt.is_empty() && body.messages.is_none() {
         return Err(ApiError::invalid("prompt", "`prompt` must not be empty"));
     }

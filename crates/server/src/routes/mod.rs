@@ -6,3 +6,4 @@ pub mod info;
 pub mod rerank;
 pub mod responses;
 pub mod tokenize;
+pub mod worker;

@@ -127,3 +127,49 @@ fn the_wait_forecast_knows_which_prompts_a_slot_or_host_memory_holds() {
     plain.run_to_idle();
     assert_eq!(plain.forecast_cached(PROMPT_A), 0);
 }
+
+#[test]
+fn a_flush_forgets_idle_slots_and_host_memory_but_not_a_running_sequence() {
+    let mut h = Harness::with_cache(2, 256, true, 1 << 20);
+    let _a = h.submit_n(PROMPT_A, 4);
+    h.run_to_idle();
+    let _b = h.submit_n(PROMPT_B, 4);
+    h.run_to_idle();
+    // Slot 0 held A, then B (A went to host memory); now an unrelated long request runs
+    // in slot 0 (B goes to host memory too) while slot 1 is idle and empty.
+    let _running = h.submit_n("zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz", 200);
+    h.step();
+    let answered = h.scheduler.control.ask_flush();
+    h.scheduler.serve_control();
+    let flushed = answered.try_recv().expect("answered at once by the engine thread's next turn");
+    assert_eq!((flushed.running, flushed.slots), (1, 0), "the running sequence keeps its cells");
+    assert_eq!(flushed.host_entries, 2, "A and B were in host memory");
+    assert!(flushed.host_bytes > 0);
+    assert_eq!(h.scheduler.stats.snapshot().prefix.host_entries, 0);
+    h.run_to_idle();
+    // The long request's cells were kept and are cached again once it ends; a second
+    // flush forgets them, and A is then prefilled in full.
+    let truncations = h.scheduler.executor.truncations.len();
+    let answered = h.scheduler.control.ask_flush();
+    h.scheduler.serve_control();
+    let flushed = answered.try_recv().expect("answered");
+    assert_eq!((flushed.running, flushed.slots, flushed.host_entries), (0, 1, 0));
+    assert_eq!(h.scheduler.executor.truncations[truncations..], [(0, 0)]);
+    let mut again = h.submit_n(PROMPT_A, 4);
+    assert_eq!(h.step(), [(0, PROMPT_A.len())], "nothing of A is left to reuse");
+    h.run_to_idle();
+    assert_eq!(cached_tokens(&mut again), 0);
+}
+
+#[test]
+fn a_flush_with_nothing_asked_does_nothing() {
+    let mut h = Harness::with_cache(1, 64, true, 1 << 20);
+    let _a = h.submit_n(PROMPT_A, 4);
+    h.run_to_idle();
+    let truncations = h.scheduler.executor.truncations.len();
+    h.scheduler.serve_control();
+    assert_eq!(h.scheduler.executor.truncations.len(), truncations);
+    let mut again = h.submit_n(PROMPT_A, 4);
+    h.run_to_idle();
+    assert_eq!(cached_tokens(&mut again), PROMPT_A.len() as u32 - 1);
+}
