@@ -106,3 +106,16 @@ rillm_build_and_fetch() {
 rillm_fetch_embedding_model() {
   ./target/release/rillm model fetch all-minilm-l6-v2 >/dev/null
 }
+
+# The routers rillm replicas are tested behind (scripts/cluster, the router tests), pinned,
+# in a venv of their own: SGLang's model gateway and vLLM's fork of it, Rust binaries on PyPI.
+# RILLM_ROUTER_PYTHON names its interpreter.
+rillm_router_venv() {
+  local venv="$PWD/target/py-router"
+  if ! "$venv/bin/python3" -c 'import sglang_router, vllm_router, importlib.metadata as m; assert m.version("sglang-router") == "0.3.2" and m.version("vllm-router") == "0.1.17"' 2>/dev/null; then
+    echo "setup: installing sglang-router 0.3.2 and vllm-router 0.1.17 into $venv"
+    rillm_venv "$venv" || return 1
+    "$venv/bin/python3" -m pip install -q "sglang-router==0.3.2" "vllm-router==0.1.17"
+  fi
+  export RILLM_ROUTER_PYTHON="$venv/bin/python3"
+}
