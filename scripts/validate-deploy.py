@@ -18,7 +18,8 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CRD = os.path.join(ROOT, "deploy", "crds", "inferencepools.crd.yaml")
 SHARED_CRD = os.path.join(ROOT, "..", "shared", "k8s", "inferencepools.crd.yaml")
-CORE = {"Deployment", "Service", "HorizontalPodAutoscaler", "Job", "ConfigMap", "PersistentVolumeClaim"}
+CORE = {"Deployment", "Service", "HorizontalPodAutoscaler", "Job", "ConfigMap", "PersistentVolumeClaim",
+        "ServiceAccount", "Role", "RoleBinding"}
 failures = []
 
 
@@ -94,6 +95,33 @@ def validate_pool(doc, api, kind, schema):
         return False, e.message
 
 
+def check_router(router, rillm_labels, rillm_ports, by_kind):
+    """What keeps the router from finding the rillm pods (its selector, port and namespace,
+    the rights its service account is given) or from checking their /ready."""
+    problems = []
+    spec = router["spec"]["template"]["spec"]
+    command = " ".join(spec["containers"][0]["args"]).split()
+    def flag(name):
+        return command[command.index(name) + 1] if name in command else None
+    selector = dict(s.split("=", 1) for s in [flag("--selector") or ""] if "=" in s)
+    if "--service-discovery" not in command or not selector or not selector.items() <= rillm_labels.items():
+        problems.append("the router's --selector does not find the rillm pods")
+    if int(flag("--service-discovery-port") or 0) not in rillm_ports:
+        problems.append("the router's --service-discovery-port is not rillm's container port")
+    if flag("--health-check-endpoint") != "/ready":
+        problems.append("the router checks a replica's health elsewhere than /ready (a draining pod would get requests)")
+    if flag("--service-discovery-namespace") is None:
+        problems.append("without --service-discovery-namespace the router watches every namespace (a Role does not allow it)")
+    account = spec.get("serviceAccountName")
+    bindings = [b for b in by_kind.get("RoleBinding", []) if any(s["name"] == account for s in b["subjects"])]
+    roles = {r["metadata"]["name"]: r for r in by_kind.get("Role", [])}
+    verbs = {v for b in bindings for rule in roles.get(b["roleRef"]["name"], {}).get("rules", [])
+             if "pods" in rule["resources"] for v in rule["verbs"]}
+    if not {"list", "watch"} <= verbs:
+        problems.append(f"the router's service account {account} may not list and watch pods")
+    return problems
+
+
 def main():
     docs = load_all()
     if os.path.exists(SHARED_CRD):
@@ -120,7 +148,8 @@ def main():
             fail(f"{path}: no schema for kind {doc['kind']}")
 
     # The checks can fail: broken copies must be refused.
-    deployment = by_kind["Deployment"][0]
+    deployments = {d["metadata"]["name"]: d for d in by_kind["Deployment"]}
+    deployment = deployments["rillm"]
     bad = copy.deepcopy(deployment)
     bad["spec"]["replica"] = 2
     if kubernetes_validate(bad)[0]:
@@ -139,9 +168,20 @@ def main():
         fail("the InferencePool's selector does not match the Deployment's pods")
     if not {p["number"] for p in pool["spec"]["targetPorts"]} <= ports:
         fail("the InferencePool's targetPorts are not container ports")
+    pods = {name: d["spec"]["template"]["metadata"]["labels"] for name, d in deployments.items()}
     for service in by_kind.get("Service", []):
-        if not service["spec"]["selector"].items() <= pod_labels.items():
-            fail(f"Service {service['metadata']['name']} selects no rillm pod")
+        if not any(service["spec"]["selector"].items() <= labels.items() for labels in pods.values()):
+            fail(f"Service {service['metadata']['name']} selects no pod of the manifests")
+    if "rillm-router" in deployments:
+        router = deployments["rillm-router"]
+        for problem in check_router(router, pod_labels, ports, by_kind):
+            fail(problem)
+        # A router that would find no replica must be refused.
+        bad = copy.deepcopy(router)
+        container = bad["spec"]["template"]["spec"]["containers"][0]
+        container["args"] = [a.replace("app.kubernetes.io/name=rillm", "app=other") for a in container["args"]]
+        if not check_router(bad, pod_labels, ports, by_kind):
+            fail("the router check accepted a selector that finds no rillm pod: it is not validating")
     for route in by_kind.get("HTTPRoute", []):
         refs = [b for r in route["spec"]["rules"] for b in r["backendRefs"]]
         if not refs or any(b.get("kind") != kind or b.get("name") != pool["metadata"]["name"] for b in refs):
@@ -171,11 +211,11 @@ def main():
         if not any(a.startswith("--start-at=") for a in args):
             fail(f"Job {job['metadata']['name']}: shards without --start-at do not start together")
 
-    # Every pod runs the image scripts/image builds: rillm tagged with the workspace version.
+    # Every rillm pod runs the image scripts/image builds: rillm tagged with the workspace version.
     expected = f"rillm:{workspace_version()}"
     for path, doc in docs:
         for container in doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
-            if container["image"] != expected:
+            if container["name"] != "router" and container["image"] != expected:
                 fail(f"{path}: image {container['image']}, but scripts/image builds {expected}")
 
     print("deploy manifests: " + ("FAILED" if failures else f"{len(docs)} valid"))

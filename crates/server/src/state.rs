@@ -5,16 +5,12 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::error::ApiError;
-use crate::models::{BoundModel, ModelRegistry};
+use crate::models::{BoundModel, ModelRegistry, ROUTER_UNNAMED_MODEL};
 use crate::responses::ResponseStore;
 use crate::shape::ShapeRules;
 use crate::tools::ToolDialect;
 use crate::ServerConfig;
 use rillm_backend::{Backend, TemplateThinking, ThinkingStart};
-
-/// What SGLang's model gateway (and vllm-router) puts in `model` when a client named none
-/// (its `UNKNOWN_MODEL_ID`): read as no name, unless a model is called that.
-pub const ROUTER_UNNAMED_MODEL: &str = "unknown";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]

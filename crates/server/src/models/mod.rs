@@ -17,8 +17,11 @@ use std::time::{Duration, Instant};
 use rillm_backend::Backend;
 
 use crate::error::ApiError;
-use crate::state::ROUTER_UNNAMED_MODEL;
 use entry::{Acquired, ModelEntry};
+
+/// What SGLang's model gateway (and vllm-router) puts in `model` when a client named none
+/// (its `UNKNOWN_MODEL_ID`): read as no name, unless a model is called that.
+pub const ROUTER_UNNAMED_MODEL: &str = "unknown";
 pub use entry::{BoundModel, ModelStatus};
 
 /// Starts a model's engine, by name. Blocking: it takes seconds.
