@@ -19,12 +19,12 @@ PY=$RILLM_ROUTER_PYTHON
 OUT=${OUT:-target/compare-router}
 PORT=${PORT:-18800}
 RATE=${RATE:-0.6}
-REQUESTS=${REQUESTS:-150}
+REQUESTS=${REQUESTS:-300}
 BENCH=./target/release/rillm
 mkdir -p "$OUT"
 SERVE=(--max-running 4 --prefix-cache-mib 40)
 WORKLOAD=(--rate "$RATE" --requests "$REQUESTS" --input-tokens 32 --output-tokens 16 --ignore-eos
-  --shared-prefix-tokens 400 --prefix-groups 8 --seed 7 --timeout 300)
+  --shared-prefix-tokens 400 --prefix-groups 8 --seed 7 --timeout 300 --ttft-slo-ms 1500)
 
 CLUSTER_PID=
 start_cluster() { # policy

@@ -24,10 +24,16 @@ impl Cluster {
     /// Two replicas of the default model behind `sglang-router` with `policy`, or `None`
     /// (the test skips) where the router's venv is not set up.
     fn start(policy: &str) -> Option<Self> {
+        Self::start_behind("sglang", policy)
+    }
+
+    /// The same behind `router` (`sglang` or `vllm`).
+    fn start_behind(router: &str, policy: &str) -> Option<Self> {
         let python = router_python()?;
         let port = free_ports();
         let mut script = Command::new("../../scripts/cluster")
-            .args(["--policy", policy, "--port", &port.to_string(), "--", "--max-running", "4"])
+            .args(["--router", router, "--policy", policy, "--port", &port.to_string()])
+            .args(["--", "--max-running", "4"])
             .env("RILLM_BIN", BIN)
             .env("RILLM_ROUTER_PYTHON", python)
             .stdout(Stdio::piped())
@@ -289,4 +295,19 @@ fn a_killed_replica_is_taken_out_and_back_and_a_drained_one_finishes_its_streams
     cluster.wait_until("the router takes the draining replica out", |c| !c.healthy(draining));
     let _ = restarted.kill();
     let _ = restarted.wait();
+}
+
+#[test]
+fn vllm_router_forwards_what_clients_send_and_rillm_answers_it() {
+    let _g = serial();
+    let Some(cluster) = Cluster::start_behind("vllm", "cache_aware") else { return };
+    // vllm-router adds SGLang's fields and vLLM's `include_reasoning` to what it forwards,
+    // and asks `/v1/chat/completions/render` first (rillm has none: it forwards anyway).
+    let prefix = system_prompt("Wayne");
+    let first = cluster.post("/v1/chat/completions", &chat(&prefix, "Hi", 4));
+    cached_tokens(&first);
+    assert!(cached_tokens(&cluster.post("/v1/chat/completions", &chat(&prefix, "Hello", 4))) >= 150);
+    let completion = cluster.post("/v1/completions", r#"{"prompt": "Once upon a time", "max_tokens": 4}"#);
+    assert!(completion.starts_with("HTTP/1.1 200"), "{completion}");
+    assert_eq!(json_body(&completion)["usage"]["completion_tokens"], 4);
 }
