@@ -10,7 +10,10 @@
 # Each replica's prefix cache is smaller than the 8 prefixes (a slot and 40 MiB of host
 # memory: about 5 of them), as a GPU's is smaller than a real working set: whether each
 # replica sees 4 tenants or 8 is what routing decides.
-# Results: $OUT/*.json, $OUT/summary.txt. Usage: scripts/compare-router.sh
+# Results: $OUT/*.json, $OUT/summary.txt. Usage: scripts/compare-router.sh; RUNS picks parts
+# (default "routing single fault"); the fault run sends FAULT_REQUESTS (150): after the kill
+# one replica carries the whole load, past its capacity, and a longer run would only add
+# requests that time out in its queue.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/setup.sh
@@ -20,10 +23,12 @@ OUT=${OUT:-target/compare-router}
 PORT=${PORT:-18800}
 RATE=${RATE:-0.6}
 REQUESTS=${REQUESTS:-300}
+FAULT_REQUESTS=${FAULT_REQUESTS:-150}
+RUNS=${RUNS:-routing single fault}
 BENCH=./target/release/rillm
 mkdir -p "$OUT"
 SERVE=(--max-running 4 --prefix-cache-mib 40)
-WORKLOAD=(--rate "$RATE" --requests "$REQUESTS" --input-tokens 32 --output-tokens 16 --ignore-eos
+WORKLOAD=(--rate "$RATE" --input-tokens 32 --output-tokens 16 --ignore-eos
   --shared-prefix-tokens 400 --prefix-groups 8 --seed 7 --timeout 300 --ttft-slo-ms 1500)
 
 CLUSTER_PID=
@@ -56,14 +61,17 @@ print(f"{label}: prefix-cache hits {hits:.0f} of {queries:.0f} prompt tokens = {
 PY
 }
 
+routing() {
 for policy in cache_aware round_robin; do
   echo "== $policy: 2 replicas x 1 thread behind sglang-router"
   start_cluster "$policy"
-  "$BENCH" bench --url "http://127.0.0.1:$PORT/v1/chat/completions" "${WORKLOAD[@]}" --output "$OUT/$policy.json"
+  "$BENCH" bench --url "http://127.0.0.1:$PORT/v1/chat/completions" "${WORKLOAD[@]}" --requests "$REQUESTS" --output "$OUT/$policy.json"
   prefix_share "$policy" $((PORT + 1)) $((PORT + 2)) | tee "$OUT/$policy-cache.txt"
   stop_cluster
 done
+}
 
+single() {
 echo "== one rillm, 2 threads, the cache of both replicas"
 ./target/release/rillm serve --port $((PORT + 1)) --threads 2 --max-running 8 --prefix-cache-mib 80 \
   >"$OUT/single.log" 2>&1 &
@@ -73,15 +81,18 @@ for _ in range(600):
     try:
         u.urlopen('http://127.0.0.1:$((PORT + 1))/ready'); break
     except Exception: time.sleep(0.2)"
-"$BENCH" bench --url "http://127.0.0.1:$((PORT + 1))/v1/chat/completions" "${WORKLOAD[@]}" --output "$OUT/single.json"
+"$BENCH" bench --url "http://127.0.0.1:$((PORT + 1))/v1/chat/completions" "${WORKLOAD[@]}" --requests "$REQUESTS" --output "$OUT/single.json"
 prefix_share single $((PORT + 1)) | tee "$OUT/single-cache.txt"
 kill -TERM "$single"
 wait "$single" || true
+}
 
+fault() {
 echo "== fault run: cache_aware, replica 1 killed 100 s in, while it runs a request"
 start_cluster cache_aware
 victim=$(awk '/^replica 1:/ {print $5}' "$OUT/cluster-cache_aware.out")
-"$BENCH" bench --url "http://127.0.0.1:$PORT/v1/chat/completions" "${WORKLOAD[@]}" --output "$OUT/fault.json" &
+"$BENCH" bench --url "http://127.0.0.1:$PORT/v1/chat/completions" "${WORKLOAD[@]}" --requests "$FAULT_REQUESTS" \
+  --output "$OUT/fault.json" &
 bench=$!
 sleep 100
 "$PY" - "$PORT" "$victim" "$OUT/fault-times.json" <<'PY'
@@ -121,6 +132,9 @@ print(f"fault run: {result['offered_requests']} offered, {result['completed']} c
       f"{len(before)} sent before the kill (in flight on the killed replica), {len(between)} sent between the kill "
       f"and the router noticing ({(noticed - killed) / 1000:.2f} s), {len(after)} sent after")
 PY
+}
+
+for run in $RUNS; do "$run"; done
 
 {
   for f in "$OUT"/cache_aware-cache.txt "$OUT"/round_robin-cache.txt "$OUT"/single-cache.txt "$OUT"/fault.txt; do cat "$f"; done
