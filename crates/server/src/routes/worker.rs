@@ -27,13 +27,12 @@ pub async fn server_info(State(state): State<AppState>) -> Json<Value> {
         "max_running_requests": backends.iter().map(|b| slots(b.as_ref())).sum::<u64>(),
         "max_total_tokens": backends.iter().map(|b| b.stats().kv_cells_total).sum::<u64>(),
     });
-    if state.models().is_none() {
-        info["served_model_name"] = json!(state.model_name());
-        if let Some(backend) = backends.first() {
-            info["context_length"] = json!(backend.context_length());
+    match (state.models(), backends.first()) {
+        (Some(models), _) => info["models"] = json!(models.names()),
+        (None, backend) => {
+            info["served_model_name"] = json!(state.model_name());
+            info["context_length"] = json!(backend.map(|b| b.context_length()));
         }
-    } else if let Some(models) = state.models() {
-        info["models"] = json!(models.names());
     }
     Json(info)
 }
