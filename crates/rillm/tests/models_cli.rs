@@ -5,12 +5,10 @@ use std::time::{Duration, Instant};
 
 mod support;
 
-use support::{http, model, serial, Server, BIN};
+use support::{http, json_body, model, serial, Server, BIN};
 
 fn statuses(port: u16) -> Vec<(String, String)> {
-    let response = http(port, "GET", "/v1/models", "");
-    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
-    let models: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+    let models = json_body(&http(port, "GET", "/v1/models", ""));
     models["data"]
         .as_array()
         .map(|data| {
@@ -159,9 +157,7 @@ fn a_models_config_gives_each_model_its_settings() {
         let tool = serde_json::json!({"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}});
         let body =
             serde_json::json!({"model": model, "messages": [{"role": "user", "content": "Hi"}], "tools": [tool]});
-        let response = http(server.port, "POST", "/tokenize", &body.to_string());
-        let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
-        serde_json::from_str::<serde_json::Value>(body).unwrap_or_default()["tokens"].clone()
+        json_body(&http(server.port, "POST", "/tokenize", &body.to_string()))["tokens"].clone()
     };
     let (small, wide) = (laid_out("small"), laid_out("wide"));
     assert!(small.is_array() && wide.is_array() && small != wide, "{small} / {wide}");
@@ -202,9 +198,7 @@ fn models_memory_keeps_the_loaded_models_within_the_budget() {
         assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     };
     let memory_mib = |name: &str| {
-        let response = http(server.port, "GET", "/v1/models", "");
-        let body: serde_json::Value =
-            serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap_or_default()).unwrap_or_default();
+        let body = json_body(&http(server.port, "GET", "/v1/models", ""));
         let found = body["data"].as_array().and_then(|d| d.iter().find(|m| m["id"] == name).cloned());
         found.and_then(|m| m["memory_mib"].as_u64())
     };

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 mod support;
 
-use support::{http, serial, BIN};
+use support::{http, json_body, serial, BIN};
 
 /// `scripts/cluster` running, with its replicas' ports and pids; stopped (SIGTERM: the
 /// script stops its children) on drop.
@@ -113,17 +113,16 @@ fn free_ports() -> u16 {
     panic!("no free ports");
 }
 
-fn json_body(response: &str) -> serde_json::Value {
-    serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap_or_default()).unwrap_or_default()
-}
-
 /// A chat request whose system prompt is `prefix`, with `question` after it.
 fn chat(prefix: &str, question: &str, max_tokens: u32) -> String {
+    chat_body(prefix, question, max_tokens).to_string()
+}
+
+fn chat_body(prefix: &str, question: &str, max_tokens: u32) -> serde_json::Value {
     serde_json::json!({
         "messages": [{"role": "system", "content": prefix}, {"role": "user", "content": question}],
         "max_tokens": max_tokens, "temperature": 0,
     })
-    .to_string()
 }
 
 /// A system prompt of about 200 tokens, distinct per `tenant`.
@@ -168,7 +167,7 @@ fn cache_aware_keeps_each_prefix_on_one_replica_and_round_robin_spreads_it() {
     // Acme's first request runs long on one replica; Globex's first matches nothing the
     // router has seen, so it goes to the least loaded: the other one.
     let port = cluster.port;
-    let mut long: serde_json::Value = serde_json::from_str(&chat(&acme, "Tell me everything.", 200)).expect("json");
+    let mut long = chat_body(&acme, "Tell me everything.", 200);
     long["ignore_eos"] = true.into();
     let long = long.to_string();
     let acme_first = std::thread::spawn(move || http(port, "POST", "/v1/chat/completions", &long));

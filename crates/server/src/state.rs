@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::error::ApiError;
-use crate::models::{BoundModel, ModelRegistry, ROUTER_UNNAMED_MODEL};
+use crate::models::{named_model, BoundModel, ModelRegistry};
 use crate::responses::ResponseStore;
 use crate::shape::ShapeRules;
 use crate::tools::ToolDialect;
@@ -181,9 +181,10 @@ impl AppState {
 
     /// OpenAI requests may name the model; a name other than ours is a 404, as in vLLM.
     fn check_model(&self, requested: Option<&str>) -> Result<(), ApiError> {
-        match requested {
-            None | Some("") => Ok(()),
-            Some(name) if name == self.model_name() || name == ROUTER_UNNAMED_MODEL => Ok(()),
+        let served = self.model_name();
+        match named_model(requested, |name| name == served) {
+            None => Ok(()),
+            Some(name) if name == served => Ok(()),
             Some(name) => Err(ApiError::model_not_found(name)),
         }
     }

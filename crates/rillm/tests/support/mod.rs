@@ -10,6 +10,11 @@ pub use rillm_test_support::process::{http, ServeProcess as Server};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_rillm");
 
+/// The JSON body of a raw HTTP response (`http`'s), or `null` when there is none.
+pub fn json_body(response: &str) -> serde_json::Value {
+    serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap_or_default()).unwrap_or_default()
+}
+
 /// `rillm serve` on the default model: 4 running sequences, `ctx` tokens each, then `extra`.
 pub fn start_server(ctx: u32, extra: &[&str]) -> Server {
     let model = model();

@@ -18,11 +18,17 @@ use rillm_backend::Backend;
 
 use crate::error::ApiError;
 use entry::{Acquired, ModelEntry};
+pub use entry::{BoundModel, ModelStatus};
 
 /// What SGLang's model gateway (and vllm-router) puts in `model` when a client named none
 /// (its `UNKNOWN_MODEL_ID`): read as no name, unless a model is called that.
-pub const ROUTER_UNNAMED_MODEL: &str = "unknown";
-pub use entry::{BoundModel, ModelStatus};
+const ROUTER_UNNAMED_MODEL: &str = "unknown";
+
+/// The name a request's `model` gives: none when it is empty, or the router's stand-in for
+/// no name that `serves` knows no model by. One rule for one model and for several.
+pub fn named_model(requested: Option<&str>, serves: impl Fn(&str) -> bool) -> Option<&str> {
+    requested.filter(|&name| !name.is_empty() && (name != ROUTER_UNNAMED_MODEL || serves(name)))
+}
 
 /// Starts a model's engine, by name. Blocking: it takes seconds.
 pub trait ModelLoader: Send + Sync + 'static {
@@ -93,9 +99,7 @@ impl ModelRegistry {
 
     /// The model a request names (or, with one model only, the one it need not name).
     fn find(&self, requested: Option<&str>) -> Result<&Arc<ModelEntry>, ApiError> {
-        let named = |name: &str| self.entries.iter().any(|e| e.answers_to(name));
-        let requested = requested.filter(|&n| !n.is_empty() && (n != ROUTER_UNNAMED_MODEL || named(n)));
-        match requested {
+        match named_model(requested, |name| self.entries.iter().any(|e| e.answers_to(name))) {
             None if self.entries.len() == 1 => Ok(&self.entries[0]),
             None => Err(ApiError::invalid(
                 "model",

@@ -56,10 +56,9 @@ pub fn conversation(earlier: &[HistoryMessage], input: Value) -> Result<Vec<Hist
                 let call = function_call(i, &item)?;
                 match history.last_mut() {
                     Some(last) if last.role == "assistant" => last.tool_calls.push(call),
-                    _ => history.push(HistoryMessage {
-                        tool_calls: vec![call],
-                        ..HistoryMessage::new("assistant", String::new())
-                    }),
+                    _ => {
+                        history.push(HistoryMessage { tool_calls: vec![call], ..HistoryMessage::new("assistant", "") })
+                    }
                 }
             }
             "function_call_output" => {

@@ -86,8 +86,8 @@ pub async fn generate(
     JsonBody(body): JsonBody<GenerateBody>,
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
-    let state = state.for_model(body.model.as_deref()).await?;
     refuse_sglang_body(&body)?;
+    let state = state.for_model(body.model.as_deref()).await?;
     if body.prompt.is_empty() && body.messages.is_none() {
         return Err(ApiError::invalid("prompt", "`prompt` must not be empty"));
     }

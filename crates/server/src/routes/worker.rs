@@ -6,9 +6,8 @@
 //! drops the prefix cache's idle slots and host tier. See docs/scale-out.md.
 
 use axum::extract::State;
-use axum::response::{IntoResponse, Response};
 use axum::Json;
-use rillm_backend::{Backend, ModelTask, PrefixCacheFlush};
+use rillm_backend::{ModelTask, PrefixCacheFlush};
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
@@ -19,13 +18,19 @@ use crate::state::AppState;
 /// (with several models there is none to give: requests name theirs).
 pub async fn server_info(State(state): State<AppState>) -> Json<Value> {
     let backends = state.serving_backends();
+    let (mut sequences, mut cells) = (0, 0);
+    for backend in &backends {
+        // Sequences run at once: the KV cells over each sequence's share.
+        let total = backend.stats().kv_cells_total;
+        (sequences, cells) = (sequences + total / u64::from(backend.context_length().max(1)), cells + total);
+    }
     let mut info = json!({
         "engine": "rillm",
         "version": env!("CARGO_PKG_VERSION"),
         "tp_size": 1,
         "dp_size": 1,
-        "max_running_requests": backends.iter().map(|b| slots(b.as_ref())).sum::<u64>(),
-        "max_total_tokens": backends.iter().map(|b| b.stats().kv_cells_total).sum::<u64>(),
+        "max_running_requests": sequences,
+        "max_total_tokens": cells,
     });
     match (state.models(), backends.first()) {
         (Some(models), _) => info["models"] = json!(models.names()),
@@ -66,7 +71,7 @@ pub async fn load(State(state): State<AppState>) -> Json<Value> {
 /// `POST /flush_cache` (GET too, as SGLang takes it): forgets every cached prefix that
 /// no running request uses, on every loaded model, and says what went. Running requests
 /// keep their KV; SGLang refuses a flush while any run, rillm flushes the rest.
-pub async fn flush_cache(State(state): State<AppState>) -> Result<Response, ApiError> {
+pub async fn flush_cache(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let mut total = PrefixCacheFlush::default();
     for backend in state.serving_backends() {
         let flushed = tokio::task::spawn_blocking(move || backend.flush_prefix_cache())
@@ -78,7 +83,6 @@ pub async fn flush_cache(State(state): State<AppState>) -> Result<Response, ApiE
         total.host_bytes += flushed.host_bytes;
         total.running += flushed.running;
     }
-    tracing::info!(?total, "prefix cache flushed");
     Ok(Json(json!({
         "success": true,
         "message": "Cache flushed.",
@@ -86,13 +90,7 @@ pub async fn flush_cache(State(state): State<AppState>) -> Result<Response, ApiE
         "host_entries_dropped": total.host_entries,
         "host_bytes_dropped": total.host_bytes,
         "running_kept": total.running,
-    }))
-    .into_response())
-}
-
-/// Sequences the backend runs at once: its KV cells over each sequence's share.
-fn slots(backend: &dyn Backend) -> u64 {
-    backend.stats().kv_cells_total / u64::from(backend.context_length().max(1))
+    })))
 }
 
 /// The routes, under the paths both routers use (their current and old names).
