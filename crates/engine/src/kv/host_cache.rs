@@ -8,8 +8,12 @@
 //! the entries that share that many whole blocks with it, whichever conversation or system
 //! prompt they came from. The exact reusable length is then counted token by token.
 //!
-//! Bounded in bytes (least recently used first out), and an entry whose tokens are a
-//! prefix of a newer one (the previous turn of the same conversation) is dropped for it.
+//! Bounded in bytes, and an entry whose tokens are a prefix of a newer one (the previous
+//! turn of the same conversation) is dropped for it. When something must go, entries that
+//! are mostly a copy of another's tokens go first (least recently used first among them),
+//! then the least recently used: every question asked under one system prompt leaves an
+//! entry holding its own copy of that prompt's KV, and under plain LRU a few busy prompts'
+//! copies push every other prompt out. Dropping a copy loses only its own tail.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -21,6 +25,11 @@ use crate::stats::HostCacheCounts;
 /// Tokens per hashed block. Small, so a match is found close to its true length; the
 /// exact length is counted from the tokens anyway.
 pub const BLOCK_TOKENS: usize = 16;
+
+/// An entry sharing at least this share of its tokens with another entry is a copy, first
+/// to go when room is needed: restoring the other and prefilling the rest loses at most a
+/// quarter of what it held.
+pub(crate) const COPY_SHARE: f64 = 0.75;
 
 struct Entry<S> {
     tokens: Vec<TokenId>,
@@ -161,13 +170,29 @@ impl<S> HostCache<S> {
         self.evict_until_fits(0);
     }
 
-    /// Evicts the least recently used entries until `extra` more bytes fit the budget.
+    /// Evicts entries until `extra` more bytes fit the budget: copies of another entry's
+    /// tokens first, then the least recently used.
     fn evict_until_fits(&mut self, extra: usize) {
         while self.bytes + extra > self.budget_bytes {
-            let Some(oldest) = self.entries.iter().min_by_key(|(_, e)| e.last_used).map(|(&id, _)| id) else { break };
-            self.remove(oldest);
+            let victim =
+                self.entries.iter().min_by_key(|&(&id, e)| (!self.is_copy(id), e.last_used)).map(|(&id, _)| id);
+            let Some(victim) = victim else { break };
+            self.remove(victim);
             self.evictions += 1;
         }
+    }
+
+    /// Whether entry `id` shares at least [`COPY_SHARE`] of its tokens with another entry.
+    /// Block hashes are chained, so the deepest of its blocks another entry also holds says
+    /// how many leading blocks they share.
+    fn is_copy(&self, id: u64) -> bool {
+        let entry = &self.entries[&id];
+        let shared_blocks = entry
+            .block_hashes
+            .iter()
+            .rposition(|h| self.index.get(h).is_some_and(|ids| ids.len() > 1))
+            .map_or(0, |i| i + 1);
+        (shared_blocks * BLOCK_TOKENS) as f64 >= COPY_SHARE * entry.tokens.len() as f64
     }
 
     fn remove(&mut self, id: u64) {
@@ -243,5 +268,28 @@ mod tests {
         c.set_budget(150);
         assert_eq!((c.counts().entries, c.counts().bytes), (1, 100), "a smaller budget evicts down to it");
         assert!(c.lookup(&toks(200..216)).is_some(), "keeping the most recently used");
+    }
+
+    #[test]
+    fn copies_of_a_shared_prompt_go_before_another_prompt() {
+        // Two system prompts of 64 tokens; each question adds 16. Room for three entries.
+        let question = |system: u32, q: u32| -> Vec<TokenId> { (system..system + 64).chain(q..q + 16).collect() };
+        let mut c = HostCache::new(300);
+        assert!(c.insert(question(1000, 0), "b1", 100));
+        assert!(c.insert(question(0, 100), "a1", 100));
+        assert!(c.insert(question(0, 200), "a2", 100));
+        // Plain LRU would drop b1, the oldest, and with it the only copy of prompt b.
+        assert!(c.insert(question(0, 300), "a3", 100));
+        let (id, n) = c.lookup(&question(1000, 500)).expect("prompt b is still held");
+        assert_eq!((n, c.take_for_restore(id).unwrap().0), (64, &"b1"));
+        assert!(c.lookup(&question(0, 100)).is_some_and(|(_, n)| n == 64), "a1's own tail went with it");
+        assert_eq!(c.counts().evictions, 1);
+        // c1 drops the other copy, a2; then, with no copies left, d1 drops the least
+        // recently used: a3, as b1 was just restored.
+        assert!(c.insert(question(2000, 0), "c1", 100));
+        assert!(c.insert(question(3000, 0), "d1", 100));
+        assert!(c.lookup(&question(0, 0)).is_none(), "prompt a went last");
+        assert!(c.lookup(&question(1000, 0)).is_some() && c.lookup(&question(2000, 0)).is_some());
+        assert_eq!(c.counts().entries, 3);
     }
 }

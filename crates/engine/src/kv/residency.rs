@@ -2,13 +2,13 @@
 //! memory, and which slots are mid-copy; and the reuse policy over them: where a new
 //! request's longest cached prefix comes from (its slot, another slot's KV stream, or a
 //! state saved in host memory), and saving a slot's content to host memory before it is
-//! overwritten. Apart from the batching loop because it is a policy of its own: what is
+//! overwritten, unless another slot keeps it. Apart from the batching loop because it is a policy of its own: what is
 //! worth copying, restoring or saving. Running sequences are the scheduler's; what they
 //! hold is read from them (`Sequence::kv_tokens`).
 
 use std::collections::HashSet;
 
-use crate::kv::host_cache::{block_hashes, HostCache};
+use crate::kv::host_cache::{block_hashes, HostCache, COPY_SHARE};
 use crate::kv::kept_prefixes::Lease;
 use crate::kv::prefix_index::{reusable, PrefixCache};
 use crate::request::sequence::Sequence;
@@ -92,7 +92,7 @@ impl<S> KvResidency<S> {
     pub fn hand_back<E: Executor<Snapshot = S>>(&mut self, executor: &mut E, stats: &EngineStats, slots: &Slots) {
         let Some(lease) = self.kept.take() else { return };
         for slot in (0..slots.len()).filter(|&s| slots[s].is_none()) {
-            self.preserve(executor, stats, slot, 0);
+            self.preserve(executor, stats, slot, 0, None);
         }
         if let Some(cache) = self.host.take() {
             tracing::info!(
@@ -168,7 +168,7 @@ impl<S> KvResidency<S> {
             // Saving what the slot holds must not evict the entry about to be restored.
             cache.touch(id);
         }
-        self.preserve(executor, stats, slot, keep);
+        self.preserve(executor, stats, slot, keep, Some(slots));
         if let Some((id, shared)) = restore {
             return if self.restore(executor, stats, slot, id, shared) { shared } else { 0 };
         }
@@ -186,7 +186,7 @@ impl<S> KvResidency<S> {
     /// `slot` is about to receive a copy of another sequence's KV (a fork of `n` choices):
     /// what it held is saved if worth it, then forgotten.
     pub fn clear_for_copy<E: Executor<Snapshot = S>>(&mut self, executor: &mut E, stats: &EngineStats, slot: usize) {
-        self.preserve(executor, stats, slot, 0);
+        self.preserve(executor, stats, slot, 0, None);
         executor.truncate_sequence(slot, 0);
         self.idle.clear(slot);
         self.changed = true;
@@ -202,7 +202,7 @@ impl<S> KvResidency<S> {
         to: usize,
         tokens: Vec<TokenId>,
     ) {
-        self.preserve(executor, stats, to, 0);
+        self.preserve(executor, stats, to, 0, None);
         executor.move_sequence(from, to);
         self.mark_copy(from, to);
         if self.prefix_caching {
@@ -263,9 +263,20 @@ impl<S> KvResidency<S> {
     }
 
     /// Saves what `slot` holds to the host tier before its cells past `keep` are lost,
-    /// unless that is little, already saved, or mid-copy.
-    fn preserve<E: Executor<Snapshot = S>>(&mut self, executor: &mut E, stats: &EngineStats, slot: usize, keep: usize) {
-        let Some(cache) = self.host.as_mut() else { return };
+    /// unless that is little, already saved, mid-copy, or mostly held by another of `slots`
+    /// (given where the other slots stay as they are): a tenant's questions fill several
+    /// slots with copies of its system prompt, and saving each would push other prompts
+    /// out of the tier while the one slot left keeps this one (it is saved in turn before
+    /// it is overwritten).
+    fn preserve<E: Executor<Snapshot = S>>(
+        &mut self,
+        executor: &mut E,
+        stats: &EngineStats,
+        slot: usize,
+        keep: usize,
+        slots: Option<&Slots>,
+    ) {
+        let Some(cache) = self.host.as_ref() else { return };
         let held = self.idle.held(slot);
         // A copy's source still holds its own cells (the copy reads them at the next decode),
         // so an idle donor about to be overwritten is saved like any other slot.
@@ -273,12 +284,31 @@ impl<S> KvResidency<S> {
         if held.len() < keep + MIN_SAVE_TOKENS || copy_target || cache.covers(held) {
             return;
         }
+        if slots.is_some_and(|slots| self.held_by_another_slot(slots, slot, held)) {
+            return;
+        }
+        let Some(cache) = self.host.as_mut() else { return };
+        let held = self.idle.held(slot);
         match executor.save_sequence(slot) {
             Ok((state, bytes)) => {
                 self.changed |= cache.insert(held.to_vec(), state, bytes);
                 stats.set_host_cache(self.host_budget, cache.counts());
             }
             Err(error) => tracing::warn!(%error, slot, "could not save a slot's KV to the host cache"),
+        }
+    }
+
+    /// Whether another slot, running or idle, holds at least [`COPY_SHARE`] of `held`.
+    fn held_by_another_slot(&self, slots: &Slots, slot: usize, held: &[TokenId]) -> bool {
+        let enough = (COPY_SHARE * held.len() as f64).ceil() as usize;
+        (0..slots.len()).filter(|&s| s != slot).any(|s| self.reusable_from(slots, s, held) >= enough)
+    }
+
+    /// How much of `tokens` slot `s`'s cells can give, running or idle.
+    fn reusable_from(&self, slots: &Slots, s: usize, tokens: &[TokenId]) -> usize {
+        match &slots[s] {
+            Some(seq) => reusable(seq.kv_tokens(), tokens),
+            None => reusable(self.idle.held(s).iter().copied(), tokens),
         }
     }
 
@@ -319,13 +349,7 @@ impl<S> KvResidency<S> {
     fn best_donor(&self, slots: &Slots, prompt: &[TokenId], except: usize) -> Option<(usize, usize)> {
         (0..slots.len())
             .filter(|&s| s != except)
-            .map(|s| {
-                let shared = match &slots[s] {
-                    Some(seq) => reusable(seq.kv_tokens(), prompt),
-                    None => reusable(self.idle.held(s).iter().copied(), prompt),
-                };
-                (s, shared)
-            })
+            .map(|s| (s, self.reusable_from(slots, s, prompt)))
             .max_by_key(|&(s, shared)| (shared, std::cmp::Reverse(s)))
             .filter(|&(_, shared)| shared > 0)
     }

@@ -173,3 +173,27 @@ fn a_flush_with_nothing_asked_does_nothing() {
     h.run_to_idle();
     assert_eq!(cached_tokens(&mut again), PROMPT_A.len() as u32 - 1);
 }
+
+#[test]
+fn a_slot_whose_prompt_another_slot_holds_is_not_saved_until_the_last_copy_goes() {
+    let mut h = Harness::with_cache(2, 256, true, 1 << 20);
+    h.prompts_join();
+    let _a = h.submit_n(PROMPT_A, 4);
+    let _a_again = h.submit_n(PROMPT_A, 4);
+    h.run_to_idle();
+    // Both slots hold A. An unrelated prompt takes slot 0: slot 1 keeps A, nothing is saved.
+    let _b = h.submit_n(PROMPT_B, 4);
+    assert_eq!(h.step(), [(0, PROMPT_B.len())]);
+    h.run_to_idle();
+    assert!(h.scheduler.executor.saves.is_empty(), "A is still in slot 1");
+    // A long request takes slot 0 (B is saved), then another prompt takes slot 1: A's last
+    // copy is saved before it is overwritten.
+    let _running = h.submit_n("r", 200);
+    h.step();
+    let _c = h.submit_n("Sphinx of black quartz, judge my vow, said the judge", 4);
+    h.step();
+    assert_eq!(h.scheduler.executor.saves, [0, 1], "B from slot 0, then A from slot 1");
+    let _again = h.submit_n(PROMPT_A, 4);
+    h.run_to_idle();
+    assert_eq!(h.scheduler.executor.restores.len(), 1, "A came back from host memory");
+}
