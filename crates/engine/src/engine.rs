@@ -5,6 +5,8 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use llama_cpp_2::model::LlamaModel;
+
 use crate::config::{EngineConfig, Speculative};
 use crate::control::EngineControl;
 use crate::cost::wait_forecast::Forecast;
@@ -71,6 +73,7 @@ impl Engine {
     /// [`Engine::start`] on a model already loaded (`start_backend` reads its GGUF first).
     pub(crate) fn start_loaded(model: Arc<LlamaModelHandle>, config: EngineConfig) -> Result<Self, EngineError> {
         let config = config.normalized();
+        let started = Instant::now();
         let draft_model = match (config.speculative, &config.draft_model_path) {
             (Speculative::Draft, Some(path)) => Some(load_weights(path, config.gpu_layers)?),
             (Speculative::Draft, None) => {
@@ -78,77 +81,49 @@ impl Engine {
             }
             _ => None,
         };
-        let grammars = GrammarCompiler::new(&grammar_tok_env(&model))
-            .map_err(|e| EngineError::Backend(format!("building the grammar compiler: {e}")))?;
+        // The grammar compiler reads the whole vocabulary (llguidance's token trie and
+        // slices) while the engine thread creates the context (llama.cpp clears its KV
+        // buffer page by page): side by side, not one after the other.
+        let grammars = {
+            let model = Arc::clone(&model);
+            std::thread::Builder::new()
+                .name("rillm-grammars".into())
+                .spawn(move || (GrammarCompiler::new(&grammar_tok_env(&model)), started.elapsed()))
+                .map_err(|e| EngineError::Thread(e.to_string()))?
+        };
         let queue = Arc::new(
             WaitQueue::new(config.max_waiting, config.max_running).weighted(|r: &PendingRequest| r.n as usize),
         );
-        let (ready_tx, ready_rx) = mpsc::sync_channel(1);
         let forecast = Arc::new(Forecast::new(0));
         let control = Arc::new(EngineControl::default());
-
-        let thread = {
-            let (model, queue, config, forecast, control) =
-                (Arc::clone(&model), Arc::clone(&queue), config.clone(), Arc::clone(&forecast), Arc::clone(&control));
-            std::thread::Builder::new()
-                .name("rillm-engine".into())
-                .spawn(move || {
-                    let executor = LlamaExecutor::new(&model, &config).and_then(|executor| match &draft_model {
-                        Some(draft) => Ok(executor.with_draft(DraftContext::new(draft, &model.model, &config)?)),
-                        None => Ok(executor),
-                    });
-                    let executor = match executor {
-                        Ok(executor) => executor,
-                        Err(e) => {
-                            let _ = ready_tx.send(Err(e));
-                            return;
-                        }
-                    };
-                    let total_cells = u64::from(executor.ctx_per_sequence()) * config.max_running as u64;
-                    let stats = Arc::new(EngineStats::new(total_cells));
-                    let _ = ready_tx.send(Ok((Arc::clone(&stats), executor.ctx_per_sequence())));
-                    let tokenizer: Arc<dyn Tokenizer> = Arc::clone(&model) as Arc<dyn Tokenizer>;
-                    let scheduler = Scheduler::new(
-                        executor,
-                        tokenizer,
-                        Arc::clone(&queue),
-                        Arc::clone(&stats),
-                        forecast,
-                        SchedulerConfig {
-                            max_running: config.max_running,
-                            step_budget: config.prefill_chunk,
-                            prefix_caching: config.prefix_caching,
-                            host_cache_bytes: config.host_cache_bytes,
-                            forecast_prefixes: config.max_queue_ms.is_some(),
-                            max_queue_ms: config.max_queue_ms,
-                            speculative: config.speculative != Speculative::Off,
-                            draft_tokens: (config.speculative == Speculative::Draft)
-                                .then_some((config.draft_min, config.draft_max)),
-                            tpot_slo_ms: config.tpot_slo_ms,
-                            draft_guard: FairnessGuard {
-                                max_slowdown: config.spec_max_slowdown,
-                                tpot_ms: config.tpot_slo_ms.map(f64::from),
-                            },
-                            fixed_step_prices: config.fixed_step_prices,
-                        },
-                    )
-                    .controlled(control);
-                    let scheduler = match (&config.inherit.prefixes, &model.fingerprint) {
-                        (Some(kept), Some(fingerprint)) => scheduler.keeping(kept, fingerprint.clone()),
-                        _ => scheduler,
-                    };
-                    run_supervised(|| scheduler.run(), &queue, &stats);
-                })
-                .map_err(|e| EngineError::Thread(e.to_string()))?
+        let (ready_tx, ready_rx) = mpsc::sync_channel(1);
+        let shared =
+            EngineShared { queue: Arc::clone(&queue), forecast: Arc::clone(&forecast), control: Arc::clone(&control) };
+        let thread =
+            Mutex::new(Some(spawn_engine_thread(Arc::clone(&model), config.clone(), shared, draft_model, ready_tx)?));
+        let ready = ready_rx.recv().map_err(|_| EngineError::Thread("the engine thread died while starting".into()));
+        let built = match grammars.join() {
+            Ok((Ok(grammars), took)) => Ok((grammars, took)),
+            Ok((Err(e), _)) => Err(EngineError::Backend(format!("building the grammar compiler: {e}"))),
+            Err(_) => Err(EngineError::Thread("building the grammar compiler panicked".into())),
         };
-        let (stats, ctx_per_sequence) =
-            ready_rx.recv().map_err(|_| EngineError::Thread("the engine thread died while starting".into()))??;
+        let ((stats, ctx_per_sequence), (grammars, grammars_took)) = match (ready.and_then(|r| r), built) {
+            (Ok(ready), Ok(built)) => (ready, built),
+            (Err(e), _) | (Ok(_), Err(e)) => {
+                // The engine thread, if it started, stops before the error is returned.
+                queue.close();
+                crate::supervise::join_engine_thread(&thread);
+                return Err(e);
+            }
+        };
         tracing::info!(
             model = %model.name,
             architecture = %model.architecture,
             ctx_per_sequence,
             max_running = config.max_running,
             threads = config.threads,
+            start_ms = started.elapsed().as_millis() as u64,
+            grammar_compiler_ms = grammars_took.as_millis() as u64,
             "engine ready"
         );
         Ok(Self {
@@ -165,7 +140,7 @@ impl Engine {
                 prefix_caching: config.prefix_caching,
                 next_id: AtomicU64::new(1),
                 control,
-                thread: Mutex::new(Some(thread)),
+                thread,
             }),
         })
     }
@@ -372,6 +347,80 @@ impl Engine {
     /// Stops taking requests, cancels running and waiting ones and joins the engine thread.
     pub fn shutdown(&self) {
         self.inner.shutdown();
+    }
+}
+
+/// What the engine thread shares with the callers' side.
+struct EngineShared {
+    queue: Arc<WaitQueue<PendingRequest>>,
+    forecast: Arc<Forecast>,
+    control: Arc<EngineControl>,
+}
+
+/// What the engine thread says once its context exists: its stats and cells per sequence.
+type Ready = Result<(Arc<EngineStats>, u32), EngineError>;
+
+/// Starts the engine thread: it creates the context (and the draft model's), says so on
+/// `ready` (or why it could not), then runs the scheduler until the queue closes.
+fn spawn_engine_thread(
+    model: Arc<LlamaModelHandle>,
+    config: EngineConfig,
+    shared: EngineShared,
+    draft_model: Option<LlamaModel>,
+    ready: mpsc::SyncSender<Ready>,
+) -> Result<JoinHandle<()>, EngineError> {
+    let spawned = std::thread::Builder::new().name("rillm-engine".into()).spawn(move || {
+        let executor = LlamaExecutor::new(&model, &config).and_then(|executor| match &draft_model {
+            Some(draft) => Ok(executor.with_draft(DraftContext::new(draft, &model.model, &config)?)),
+            None => Ok(executor),
+        });
+        let executor = match executor {
+            Ok(executor) => executor,
+            Err(e) => {
+                let _ = ready.send(Err(e));
+                return;
+            }
+        };
+        let total_cells = u64::from(executor.ctx_per_sequence()) * config.max_running as u64;
+        let stats = Arc::new(EngineStats::new(total_cells));
+        let _ = ready.send(Ok((Arc::clone(&stats), executor.ctx_per_sequence())));
+        let tokenizer: Arc<dyn Tokenizer> = Arc::clone(&model) as Arc<dyn Tokenizer>;
+        let EngineShared { queue, forecast, control } = shared;
+        let scheduler = Scheduler::new(
+            executor,
+            tokenizer,
+            Arc::clone(&queue),
+            Arc::clone(&stats),
+            forecast,
+            scheduler_config(&config),
+        )
+        .controlled(control);
+        let scheduler = match (&config.inherit.prefixes, &model.fingerprint) {
+            (Some(kept), Some(fingerprint)) => scheduler.keeping(kept, fingerprint.clone()),
+            _ => scheduler,
+        };
+        run_supervised(|| scheduler.run(), &queue, &stats);
+    });
+    spawned.map_err(|e| EngineError::Thread(e.to_string()))
+}
+
+/// The scheduler's settings from the engine's.
+fn scheduler_config(config: &EngineConfig) -> SchedulerConfig {
+    SchedulerConfig {
+        max_running: config.max_running,
+        step_budget: config.prefill_chunk,
+        prefix_caching: config.prefix_caching,
+        host_cache_bytes: config.host_cache_bytes,
+        forecast_prefixes: config.max_queue_ms.is_some(),
+        max_queue_ms: config.max_queue_ms,
+        speculative: config.speculative != Speculative::Off,
+        draft_tokens: (config.speculative == Speculative::Draft).then_some((config.draft_min, config.draft_max)),
+        tpot_slo_ms: config.tpot_slo_ms,
+        draft_guard: FairnessGuard {
+            max_slowdown: config.spec_max_slowdown,
+            tpot_ms: config.tpot_slo_ms.map(f64::from),
+        },
+        fixed_step_prices: config.fixed_step_prices,
     }
 }
 
