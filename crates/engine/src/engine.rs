@@ -88,7 +88,10 @@ impl Engine {
             let model = Arc::clone(&model);
             std::thread::Builder::new()
                 .name("rillm-grammars".into())
-                .spawn(move || (GrammarCompiler::new(&grammar_tok_env(&model)), started.elapsed()))
+                .spawn(move || {
+                    let building = Instant::now();
+                    (GrammarCompiler::new(&grammar_tok_env(&model)), building.elapsed())
+                })
                 .map_err(|e| EngineError::Thread(e.to_string()))?
         };
         let queue = Arc::new(

@@ -262,12 +262,8 @@ impl<S> KvResidency<S> {
         blocks
     }
 
-    /// Saves what `slot` holds to the host tier before its cells past `keep` are lost,
-    /// unless that is little, already saved, mid-copy, or mostly held by another of `slots`
-    /// (given where the other slots stay as they are): a tenant's questions fill several
-    /// slots with copies of its system prompt, and saving each would push other prompts
-    /// out of the tier while the one slot left keeps this one (it is saved in turn before
-    /// it is overwritten).
+    /// Saves what `slot` holds to the host tier before its cells past `keep` are lost, when
+    /// that is worth it ([`KvResidency::worth_saving`]).
     fn preserve<E: Executor<Snapshot = S>>(
         &mut self,
         executor: &mut E,
@@ -276,19 +272,10 @@ impl<S> KvResidency<S> {
         keep: usize,
         slots: Option<&Slots>,
     ) {
-        let Some(cache) = self.host.as_ref() else { return };
-        let held = self.idle.held(slot);
-        // A copy's source still holds its own cells (the copy reads them at the next decode),
-        // so an idle donor about to be overwritten is saved like any other slot.
-        let copy_target = self.copy_pending[slot] == Some(CopyEnd::Target);
-        if held.len() < keep + MIN_SAVE_TOKENS || copy_target || cache.covers(held) {
+        if !self.worth_saving(slot, keep, slots) {
             return;
         }
-        if slots.is_some_and(|slots| self.held_by_another_slot(slots, slot, held)) {
-            return;
-        }
-        let Some(cache) = self.host.as_mut() else { return };
-        let held = self.idle.held(slot);
+        let (Some(cache), held) = (self.host.as_mut(), self.idle.held(slot)) else { return };
         match executor.save_sequence(slot) {
             Ok((state, bytes)) => {
                 self.changed |= cache.insert(held.to_vec(), state, bytes);
@@ -296,6 +283,23 @@ impl<S> KvResidency<S> {
             }
             Err(error) => tracing::warn!(%error, slot, "could not save a slot's KV to the host cache"),
         }
+    }
+
+    /// Whether the host tier should keep what `slot` holds: not when that is little beyond
+    /// `keep`, already saved, mid-copy, or mostly held by another of `slots` (given where
+    /// the other slots stay as they are): a tenant's questions fill several slots with
+    /// copies of its system prompt, and saving each would push other prompts out of the
+    /// tier while the slot left keeps this one (it is saved in turn before it is overwritten).
+    fn worth_saving(&self, slot: usize, keep: usize, slots: Option<&Slots>) -> bool {
+        let Some(cache) = self.host.as_ref() else { return false };
+        let held = self.idle.held(slot);
+        // A copy's source still holds its own cells (the copy reads them at the next decode),
+        // so an idle donor about to be overwritten is saved like any other slot.
+        let copy_target = self.copy_pending[slot] == Some(CopyEnd::Target);
+        held.len() >= keep + MIN_SAVE_TOKENS
+            && !copy_target
+            && !cache.covers(held)
+            && !slots.is_some_and(|slots| self.held_by_another_slot(slots, slot, held))
     }
 
     /// Whether another slot, running or idle, holds at least [`COPY_SHARE`] of `held`.
