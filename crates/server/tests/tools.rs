@@ -208,8 +208,9 @@ async fn sampled_replies(server: &TestServer, bodies: impl Iterator<Item = Value
 /// Under `auto` the reply is free text until the call opener; a sampled token that
 /// completed the opener and carried bytes past it the call grammar refuses (`<tool_call`
 /// then `></`) used to end 1 reply in 30 with an error. Sampled replies, under `auto` alone
-/// and with an answer format beside the tools (calls or the typed answer), as many of 96
-/// each as 100 seconds allow: none ends in an error, and no constraint fails.
+/// and with an answer format beside the tools (calls or the typed answer), as many of 48
+/// each as 50 seconds allow (the old defect showed in 4 of 5 such runs; the test below
+/// reaches its path every time): none ends in an error, and no constraint fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sampled_auto_replies_never_end_in_a_constraint_error() {
     let server = TestServer::start(Options { max_running: 8, max_waiting: 16, ..opts() }).await;
@@ -217,7 +218,7 @@ async fn sampled_auto_replies_never_end_in_a_constraint_error() {
         "properties": {"city": {"type": "string", "maxLength": 40}, "summary": {"type": "string", "maxLength": 80}},
         "required": ["city", "summary"]}}});
     for format in [None, Some(answer)] {
-        let bodies = (0..96).map(|seed| {
+        let bodies = (0..48).map(|seed| {
             let mut extra =
                 json!({"tool_choice": "auto", "temperature": 1.0, "seed": seed, "stream": true, "max_tokens": 128});
             if let Some(format) = &format {
@@ -225,11 +226,11 @@ async fn sampled_auto_replies_never_end_in_a_constraint_error() {
             }
             chat("What's the weather in Paris?", extra)
         });
-        let (replies, calls) = sampled_replies(&server, bodies, Duration::from_secs(100)).await;
+        let (replies, calls) = sampled_replies(&server, bodies, Duration::from_secs(50)).await;
         let resamples = server.metric("rillm_structured_resamples_total").await;
         let with = if format.is_some() { "with an answer format" } else { "alone" };
         eprintln!("{replies} sampled auto replies ({with}), {calls} calls, {resamples} tokens drawn again so far");
-        assert!(replies >= 32, "only {replies} replies in time");
+        assert!(replies >= 24, "only {replies} replies in time");
     }
     assert_eq!(server.metric("rillm_structured_failures_total").await, 0.0);
 }

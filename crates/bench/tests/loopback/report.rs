@@ -8,9 +8,7 @@ use rillm_bench::report::compare;
 use rillm_bench::results::compare::{CompareArgs, CompareFormat};
 use serde_json::Value;
 
-mod support;
-
-use support::{bench, Mock};
+use crate::support::{bench, Mock};
 
 /// A test's files go in its own directory, removed when the test ends (`tempfile::TempDir`).
 fn temp(dir: &tempfile::TempDir, name: &str) -> PathBuf {

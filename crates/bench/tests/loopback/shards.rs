@@ -7,9 +7,7 @@ use rillm_bench::merge::{self, MergeError};
 use rillm_bench::results::compare;
 use rillm_bench::results::result::BenchResult;
 
-mod support;
-
-use support::{bench, bench_err, Mock};
+use crate::support::{bench, bench_err, Mock};
 
 const RUN: [&str; 10] =
     ["--rate", "40", "--requests", "40", "--seed", "7", "--input-tokens", "uniform:10-300", "--ttft-slo-ms", "500"];

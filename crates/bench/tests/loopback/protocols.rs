@@ -9,9 +9,7 @@ use rillm_bench::mock::{Fault, Framing, MockConfig};
 use rillm_bench::results::result::BenchResult;
 use rillm_bench::run::client::Status;
 
-mod support;
-
-use support::{bench, Mock};
+use crate::support::{bench, Mock};
 
 const TOKENS: u32 = 6;
 

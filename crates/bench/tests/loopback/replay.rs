@@ -4,9 +4,7 @@
 
 use rillm_bench::run::client::Status;
 
-mod support;
-
-use support::{bench, Mock};
+use crate::support::{bench, Mock};
 
 /// `content` in a file named `name` in the test's own directory (removed when it ends).
 fn write(dir: &tempfile::TempDir, name: &str, content: &str) -> String {
@@ -209,7 +207,7 @@ async fn workload_mistakes_are_refused_with_a_reason() {
         (vec!["--url", &url, "--sessions", "2", "--requests", "3"], "--sessions"),
         (vec!["--url", &url, "--multi-turn"], "--dataset"),
     ] {
-        let err = support::bench_err(&args).await;
+        let err = crate::support::bench_err(&args).await;
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
