@@ -26,6 +26,32 @@ use crate::stats::HostCacheCounts;
 /// exact length is counted from the tokens anyway.
 pub const BLOCK_TOKENS: usize = 16;
 
+/// Whether `in_slots` holds at least [`COPY_SHARE`] of the `len` tokens whose chained block
+/// hashes are `hashes`.
+fn mostly_in(hashes: &[u64], len: usize, in_slots: &HashSet<u64>) -> bool {
+    let held_blocks = hashes.iter().rposition(|h| in_slots.contains(h)).map_or(0, |i| i + 1);
+    len > 0 && (held_blocks * BLOCK_TOKENS) as f64 >= COPY_SHARE * len as f64
+}
+
+/// One id per prompt prefix in a log, without its text: the chained hash of its first
+/// blocks (up to 256 tokens), so the turns of one conversation, or the requests under one
+/// system prompt, read as one id.
+pub(crate) struct PrefixId(u64);
+
+impl PrefixId {
+    const TOKENS: usize = 256;
+
+    pub fn of(tokens: &[TokenId]) -> Self {
+        Self(block_hashes(&tokens[..tokens.len().min(Self::TOKENS)]).last().copied().unwrap_or(0))
+    }
+}
+
+impl std::fmt::Display for PrefixId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
 /// An entry sharing at least this share of its tokens with another entry is a copy, first
 /// to go when room is needed: restoring the other and prefilling the rest loses at most a
 /// quarter of what it held.
@@ -132,12 +158,27 @@ impl<S> HostCache<S> {
 
     /// Keeps `state` (the KV of `tokens`, `bytes` long). Entries that are prefixes of
     /// `tokens` go; least recently used entries go until it fits; one larger than the whole
-    /// budget is not kept. Returns whether it was kept.
+    /// budget is not kept. Returns whether it was kept. (The engine saves through
+    /// [`HostCache::insert_beside`], which knows what the slots hold.)
+    #[cfg(test)]
     pub fn insert(&mut self, tokens: Vec<TokenId>, state: S, bytes: usize) -> bool {
+        self.insert_beside(tokens, state, bytes, &HashSet::new())
+    }
+
+    /// [`HostCache::insert`], knowing the chained block hashes of what the KV slots hold
+    /// (`in_slots`): an entry the slots mostly hold is a copy, first to go when room is
+    /// needed; and a new entry that is such a copy is kept only where room is made without
+    /// evicting anything but copies (it would otherwise push out the only copy of another
+    /// prompt to keep the old tail of one a slot still holds).
+    pub fn insert_beside(&mut self, tokens: Vec<TokenId>, state: S, bytes: usize, in_slots: &HashSet<u64>) -> bool {
         if bytes > self.budget_bytes || tokens.len() < BLOCK_TOKENS || self.covers(&tokens) {
             return false;
         }
         let block_hashes = block_hashes(&tokens);
+        let copy = mostly_in(&block_hashes, tokens.len(), in_slots);
+        if copy && !self.room_from_copies(bytes, in_slots) {
+            return false;
+        }
         let superseded: Vec<u64> = block_hashes
             .iter()
             .filter_map(|h| self.index.get(h))
@@ -150,7 +191,7 @@ impl<S> HostCache<S> {
         for id in superseded {
             self.remove(id);
         }
-        self.evict_until_fits(bytes);
+        self.evict_until_fits(bytes, in_slots);
         self.clock += 1;
         let id = self.next_id;
         self.next_id += 1;
@@ -167,30 +208,43 @@ impl<S> HostCache<S> {
     /// from an engine that had a larger one: `kept_prefixes`).
     pub fn set_budget(&mut self, budget_bytes: usize) {
         self.budget_bytes = budget_bytes;
-        self.evict_until_fits(0);
+        self.evict_until_fits(0, &HashSet::new());
+    }
+
+    /// Whether `extra` more bytes fit once every copy (of another entry or of what the
+    /// slots hold) is gone.
+    fn room_from_copies(&self, extra: usize, in_slots: &HashSet<u64>) -> bool {
+        let copies: usize =
+            self.entries.iter().filter(|&(&id, _)| self.is_copy(id, in_slots)).map(|(_, e)| e.bytes).sum();
+        self.bytes - copies + extra <= self.budget_bytes
     }
 
     /// Evicts entries until `extra` more bytes fit the budget: copies of another entry's
-    /// tokens first, then the least recently used.
-    fn evict_until_fits(&mut self, extra: usize) {
+    /// tokens or of what the slots hold first, then the least recently used.
+    fn evict_until_fits(&mut self, extra: usize, in_slots: &HashSet<u64>) {
         while self.bytes + extra > self.budget_bytes {
-            let victim =
-                self.entries.iter().min_by_key(|&(&id, e)| (!self.is_copy(id), e.last_used)).map(|(&id, _)| id);
+            let victim = self
+                .entries
+                .iter()
+                .min_by_key(|&(&id, e)| (!self.is_copy(id, in_slots), e.last_used))
+                .map(|(&id, _)| id);
             let Some(victim) = victim else { break };
+            let entry = &self.entries[&victim];
+            tracing::debug!(tokens = entry.tokens.len(), prefix = %PrefixId::of(&entry.tokens), "host tier evicts");
             self.remove(victim);
             self.evictions += 1;
         }
     }
 
-    /// Whether entry `id` shares at least [`COPY_SHARE`] of its tokens with another entry.
-    /// Block hashes are chained, so the deepest of its blocks another entry also holds says
-    /// how many leading blocks they share.
-    fn is_copy(&self, id: u64) -> bool {
+    /// Whether entry `id` shares at least [`COPY_SHARE`] of its tokens with another entry
+    /// or with what the slots hold (`in_slots`). Block hashes are chained, so the deepest of
+    /// its blocks held elsewhere says how many leading blocks they share.
+    fn is_copy(&self, id: u64, in_slots: &HashSet<u64>) -> bool {
         let entry = &self.entries[&id];
         let shared_blocks = entry
             .block_hashes
             .iter()
-            .rposition(|h| self.index.get(h).is_some_and(|ids| ids.len() > 1))
+            .rposition(|h| in_slots.contains(h) || self.index.get(h).is_some_and(|ids| ids.len() > 1))
             .map_or(0, |i| i + 1);
         (shared_blocks * BLOCK_TOKENS) as f64 >= COPY_SHARE * entry.tokens.len() as f64
     }
@@ -291,5 +345,34 @@ mod tests {
         assert!(c.lookup(&question(0, 0)).is_none(), "prompt a went last");
         assert!(c.lookup(&question(1000, 0)).is_some() && c.lookup(&question(2000, 0)).is_some());
         assert_eq!(c.counts().entries, 3);
+    }
+
+    #[test]
+    fn what_the_slots_hold_goes_first_and_an_old_tail_never_pushes_out_another_prompt() {
+        let question = |system: u32, q: u32| -> Vec<TokenId> { (system..system + 64).chain(q..q + 16).collect() };
+        let in_slots = |tokens: &[TokenId]| -> HashSet<u64> { block_hashes(tokens).into_iter().collect() };
+        let mut c = HostCache::new(300);
+        assert!(c.insert(question(0, 100), "a1", 100));
+        assert!(c.insert(question(1000, 0), "b1", 100));
+        assert!(c.insert(question(2000, 0), "c1", 100));
+        // A slot holds prompt b (its system prompt, 64 of b1's 80 tokens): b1 goes first,
+        // though a1 is older.
+        assert!(c.insert_beside(question(3000, 0), "d1", 100, &in_slots(&question(1000, 900)[..64])));
+        assert!(c.lookup(&question(1000, 0)).is_none() && c.lookup(&question(0, 100)).is_some());
+        // A slot reused in place for prompt e's next question keeps e's system prompt: the
+        // old question's tail (e1) is saved only if that evicts nothing but copies. Here
+        // room would cost a1, c1 or d1, each the only copy of its prompt.
+        let e_kept = in_slots(&question(4000, 0)[..64]);
+        assert!(!c.insert_beside(question(4000, 0), "e1", 100, &e_kept));
+        assert_eq!((c.counts().entries, c.counts().evictions), (3, 1));
+        // With room to spare, it is kept.
+        c.set_budget(400);
+        assert!(c.insert_beside(question(4000, 0), "e1", 100, &e_kept));
+        // Where the slot keeps prompt a, a1 is a copy too: the tail of a's next question
+        // takes a1's place.
+        let a_kept = in_slots(&question(0, 200)[..64]);
+        assert!(c.insert_beside(question(0, 200), "a2", 100, &a_kept));
+        assert!(c.lookup(&question(0, 100)).is_some_and(|(_, n)| n == 64), "a1 went, a2 came");
+        assert_eq!(c.counts().entries, 4);
     }
 }

@@ -8,7 +8,7 @@
 
 use std::collections::HashSet;
 
-use crate::kv::host_cache::{block_hashes, HostCache, COPY_SHARE};
+use crate::kv::host_cache::{block_hashes, HostCache, PrefixId, COPY_SHARE};
 use crate::kv::kept_prefixes::Lease;
 use crate::kv::prefix_index::{reusable, PrefixCache};
 use crate::request::sequence::Sequence;
@@ -131,14 +131,35 @@ impl<S> KvResidency<S> {
         flushed
     }
 
-    /// The slot a new sequence takes: the lowest free one, as llama.cpp computes attention
-    /// over the contiguous range of KV streams a batch touches and packing sequences low
-    /// keeps batches cheap; but not one with a KV copy pending when another is free. Such a
-    /// slot cannot be restored into before the next decode, so a conversation whose KV is
-    /// in host memory would be prefilled again, and an idle donor keeps its prefix in place.
-    pub fn free_slot(&self, slots: &Slots) -> Option<usize> {
-        // min_by_key keeps the first of equals: the lowest free slot without a pending copy.
-        (0..slots.len()).filter(|&s| slots[s].is_none()).min_by_key(|&s| self.copy_pending[s].is_some())
+    /// The free slot a new sequence with `prompt` takes, by these in turn:
+    /// - not one with a KV copy pending when another is free: it cannot be restored into
+    ///   before the next decode, and an idle donor keeps its prefix in place;
+    /// - one that leaves the running slots in the fewest runs of consecutive slots: llama.cpp
+    ///   makes a pass over the weights per run (`runtime::ubatch_passes`);
+    /// - the one already holding most of `prompt`: it is reused in place, where taking
+    ///   another slot would copy it there and leave two copies of one prefix;
+    /// - one whose content is kept elsewhere (another slot or the host tier): overwriting
+    ///   it loses nothing, and nothing has to be saved;
+    /// - the lowest.
+    pub fn free_slot(&self, slots: &Slots, prompt: &[TokenId]) -> Option<usize> {
+        let free: Vec<usize> = (0..slots.len()).filter(|&s| slots[s].is_none()).collect();
+        let settled: Vec<usize> = free.iter().copied().filter(|&s| self.copy_pending[s].is_none()).collect();
+        let candidates = if settled.is_empty() { free } else { settled };
+        let fewest_runs = candidates.iter().map(|&s| runs_with(slots, s)).min()?;
+        candidates.into_iter().filter(|&s| runs_with(slots, s) == fewest_runs).min_by_key(|&s| {
+            let own = reusable(self.idle.held(s).iter().copied(), prompt);
+            let own = if own >= MIN_COPY_GAIN { own } else { 0 };
+            (std::cmp::Reverse(own), !self.kept_elsewhere(slots, s), s)
+        })
+    }
+
+    /// Whether overwriting idle `slot` loses nothing worth keeping: it holds little, or the
+    /// host tier or another slot holds (most of) the same.
+    fn kept_elsewhere(&self, slots: &Slots, slot: usize) -> bool {
+        let held = self.idle.held(slot);
+        held.len() < MIN_SAVE_TOKENS
+            || self.host.as_ref().is_some_and(|cache| cache.covers(held))
+            || self.held_by_another_slot(slots, slot, held)
     }
 
     /// Puts the longest cached prefix of `prompt` into `slot` and returns its length: what
@@ -153,10 +174,34 @@ impl<S> KvResidency<S> {
         slot: usize,
         prompt: &[TokenId],
     ) -> usize {
+        let (reused, source) = self.load_longest_prefix(executor, stats, slots, slot, prompt);
+        // Where each prompt's prefix came from, and which prefix it was (a hash of its first
+        // tokens, never the text): enough to tell, from a replica's debug log, a prefix this
+        // replica lost from one it never saw.
+        tracing::debug!(
+            slot,
+            prompt = prompt.len(),
+            reused,
+            source = source.as_str(),
+            prefix = %PrefixId::of(prompt),
+            "prefix reuse"
+        );
+        reused
+    }
+
+    /// [`KvResidency::load_prefix`], saying where the prefix came from.
+    fn load_longest_prefix<E: Executor<Snapshot = S>>(
+        &mut self,
+        executor: &mut E,
+        stats: &EngineStats,
+        slots: &Slots,
+        slot: usize,
+        prompt: &[TokenId],
+    ) -> (usize, PrefixSource) {
         self.changed = true;
         let own = reusable(self.idle.held(slot).iter().copied(), prompt);
         if !self.prefix_caching {
-            return own;
+            return (own, PrefixSource::Slot);
         }
         let donor = self.best_donor(slots, prompt, slot).filter(|&(_, shared)| shared >= own + MIN_COPY_GAIN);
         let in_slots = donor.map_or(own, |(_, shared)| shared);
@@ -170,16 +215,17 @@ impl<S> KvResidency<S> {
         }
         self.preserve(executor, stats, slot, keep, Some(slots));
         if let Some((id, shared)) = restore {
-            return if self.restore(executor, stats, slot, id, shared) { shared } else { 0 };
+            let restored = self.restore(executor, stats, slot, id, shared);
+            return if restored { (shared, PrefixSource::Host) } else { (0, PrefixSource::Host) };
         }
         match donor {
             Some((donor, shared)) => {
                 executor.copy_sequence(donor, slot);
                 self.mark_copy(donor, slot);
                 self.idle.store(slot, slot_tokens(&self.idle, slots, donor));
-                shared
+                (shared, PrefixSource::OtherSlot)
             }
-            None => own,
+            None => (own, PrefixSource::Slot),
         }
     }
 
@@ -275,10 +321,13 @@ impl<S> KvResidency<S> {
         if !self.worth_saving(slot, keep, slots) {
             return;
         }
+        let in_slots = slots.map(|slots| self.blocks_in_slots(slots, slot, keep)).unwrap_or_default();
         let (Some(cache), held) = (self.host.as_mut(), self.idle.held(slot)) else { return };
         match executor.save_sequence(slot) {
             Ok((state, bytes)) => {
-                self.changed |= cache.insert(held.to_vec(), state, bytes);
+                let kept = cache.insert_beside(held.to_vec(), state, bytes, &in_slots);
+                tracing::debug!(slot, tokens = held.len(), kept, prefix = %PrefixId::of(held), "host tier saves");
+                self.changed |= kept;
                 stats.set_host_cache(self.host_budget, cache.counts());
             }
             Err(error) => tracing::warn!(%error, slot, "could not save a slot's KV to the host cache"),
@@ -300,6 +349,17 @@ impl<S> KvResidency<S> {
             && !copy_target
             && !cache.covers(held)
             && !slots.is_some_and(|slots| self.held_by_another_slot(slots, slot, held))
+    }
+
+    /// Chained block hashes of what the slots hold once `slot` keeps only its first `keep`
+    /// tokens: the host tier counts an entry they mostly hold as a copy.
+    fn blocks_in_slots(&self, slots: &Slots, slot: usize, keep: usize) -> HashSet<u64> {
+        let held = self.idle.held(slot);
+        let mut blocks: HashSet<u64> = block_hashes(&held[..keep.min(held.len())]).into_iter().collect();
+        for other in (0..slots.len()).filter(|&s| s != slot) {
+            blocks.extend(block_hashes(&slot_tokens(&self.idle, slots, other)));
+        }
+        blocks
     }
 
     /// Whether another slot, running or idle, holds at least [`COPY_SHARE`] of `held`.
@@ -356,6 +416,33 @@ impl<S> KvResidency<S> {
             .map(|s| (s, self.reusable_from(slots, s, prompt)))
             .max_by_key(|&(s, shared)| (shared, std::cmp::Reverse(s)))
             .filter(|&(_, shared)| shared > 0)
+    }
+}
+
+/// How many runs of consecutive busy slots there would be with `extra` busy too.
+fn runs_with(slots: &Slots, extra: usize) -> usize {
+    let busy = |s: usize| s == extra || slots[s].is_some();
+    (0..slots.len()).filter(|&s| busy(s) && (s == 0 || !busy(s - 1))).count()
+}
+
+/// Where a new sequence's reused prefix came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PrefixSource {
+    /// The slot's own cells (possibly none of them).
+    Slot,
+    /// A copy of another slot's cells.
+    OtherSlot,
+    /// A state saved in host memory.
+    Host,
+}
+
+impl PrefixSource {
+    fn as_str(self) -> &'static str {
+        match self {
+            PrefixSource::Slot => "slot",
+            PrefixSource::OtherSlot => "other_slot",
+            PrefixSource::Host => "host",
+        }
     }
 }
 

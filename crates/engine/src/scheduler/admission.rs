@@ -82,9 +82,9 @@ impl<E: Executor> Scheduler<E> {
     /// Starts `request` in a free slot with its longest cached prefix, and its other choices
     /// in slots of their own, waiting for its prompt. False where no slot is free.
     fn start(&mut self, request: PendingRequest) -> bool {
-        let Some(slot) = self.kv.free_slot(&self.running) else { return false };
         // Prompt scores need the logits of every prompt token: no cached prefix has them.
         let reusable = if request.prompt_logprobs.is_some() { &[][..] } else { &request.prompt[..] };
+        let Some(slot) = self.kv.free_slot(&self.running, reusable) else { return false };
         let reused = self.kv.load_prefix(&mut self.executor, &self.stats, &self.running, slot, reusable);
         self.stats.record_prefix_query(request.prompt.len(), reused);
         self.executor.truncate_sequence(slot, reused as u32);
@@ -105,7 +105,7 @@ impl<E: Executor> Scheduler<E> {
         let mut forks = Vec::with_capacity(choices.len());
         for choice in choices {
             // `admit` popped the request only with a slot free for each choice.
-            let Some(slot) = self.kv.free_slot(&self.running) else { break };
+            let Some(slot) = self.kv.free_slot(&self.running, &[]) else { break };
             // The slot's cached prefix is about to be overwritten by the fork's copy.
             self.kv.clear_for_copy(&mut self.executor, &self.stats, slot);
             self.executor.start_sequence(slot, &choice.sampling, choice.ignore_eos);
@@ -138,19 +138,21 @@ impl<E: Executor> Scheduler<E> {
         })
     }
 
-    /// Moves the highest running sequence down into the lowest free slot, if one is free
-    /// below it. llama.cpp runs a pass over the weights per run of consecutive slots, so a
-    /// hole left by a finished request costs every later step until it is filled; `admit`
-    /// fills holes with waiting requests, and this closes one when nobody waits. One move
-    /// per step bounds the copying a step can take on.
+    /// Moves the highest running sequence down into the lowest hole, a free slot between
+    /// running ones. llama.cpp runs a pass over the weights per run of consecutive slots, so
+    /// a hole left by a finished request costs every later step until it is filled; `admit`
+    /// fills holes with waiting requests, and this closes one when nobody waits. Running
+    /// slots in one run stay where they are, wherever it starts: moving them would cost a
+    /// copy and leave the prefix twice. One move per step bounds the copying a step can take on.
     fn close_gap(&mut self) {
-        let Some(free) = self.running.iter().position(Option::is_none) else { return };
+        let Some(lowest) = self.running.iter().position(Option::is_some) else { return };
         let Some(highest) = self.running.iter().rposition(Option::is_some) else { return };
+        let Some(free) = (lowest..highest).find(|&s| self.running[s].is_none()) else { return };
         let Some(seq) = self.running[highest].as_ref() else { return };
         let tokens_left = seq.request().max_tokens.saturating_sub(seq.generated());
         // Choices tied to each other by slot wait for their fork before any of them moves.
         let forking = seq.awaits_fork() || self.choices.has_forks(highest);
-        if highest < free || tokens_left < MIN_TOKENS_LEFT_TO_MOVE || forking {
+        if tokens_left < MIN_TOKENS_LEFT_TO_MOVE || forking {
             return;
         }
         let kv_tokens = seq.kv_tokens().collect();

@@ -63,17 +63,27 @@ fn where_a_prompt_costs_more_than_a_step_prompts_are_prefilled_one_step_each() {
 fn a_hole_left_by_a_finished_request_is_closed_by_moving_the_highest_sequence_down() {
     let mut h = Harness::new(4, 64);
     h.prompts_join();
-    let first = h.submit("aaa");
-    let _second = h.submit("bbb");
+    let _first = h.submit("aaa");
+    let second = h.submit("bbb");
     let mut third = h.submit("ccc");
     h.step();
-    drop(first);
+    drop(second);
     while third.try_recv().is_ok() {}
-    // Nobody waits, so slot 2's sequence moves into slot 0 and the batch is one run.
+    // Nobody waits, so slot 2's sequence moves into the hole at slot 1: the batch is one run.
     assert_eq!(h.step(), [(0, 1), (1, 1)]);
-    assert_eq!(h.scheduler.executor.moves, [(2, 0)]);
-    assert_eq!(*h.scheduler.running.order(), [1, 0]);
+    assert_eq!(h.scheduler.executor.moves, [(2, 1)]);
+    assert_eq!(*h.scheduler.running.order(), [0, 1]);
     assert!(matches!(third.try_recv(), Ok(StreamEvent::Text { .. })), "the moved request still streams");
+    // Slots 1 and 2 running are one run already, wherever it starts: nothing moves.
+    let mut h = Harness::new(4, 64);
+    h.prompts_join();
+    let first = h.submit("aaa");
+    let _second = h.submit("bbb");
+    let _third = h.submit("ccc");
+    h.step();
+    drop(first);
+    assert_eq!(h.step(), [(1, 1), (2, 1)]);
+    assert!(h.scheduler.executor.moves.is_empty());
     // A waiting request fills a hole itself; nothing moves.
     let mut h = Harness::new(4, 64);
     h.prompts_join();

@@ -48,9 +48,10 @@ fn another_slots_prefix_is_copied_when_it_saves_enough_and_copy_ends_are_taken_l
     let next_turn = tokens(&format!("{PROMPT_A} and more"));
     assert_eq!(kv.load_prefix(&mut executor, &stats, &slots, 0, &next_turn), a.len(), "copied from slot 1");
     // Slots 0 and 1 are the two ends of a copy the next decode carries out.
-    assert_eq!(kv.free_slot(&slots), Some(2));
+    assert_eq!(kv.free_slot(&slots, &[]), Some(2));
     kv.copies_done();
-    assert_eq!(kv.free_slot(&slots), Some(0));
+    // Both hold the same prefix now: the lowest loses nothing.
+    assert_eq!(kv.free_slot(&slots, &[]), Some(0));
 }
 
 #[test]
@@ -60,4 +61,23 @@ fn cells_a_failed_decode_left_are_not_reused() {
     kv.release(&mut executor, 0, a.clone(), true);
     assert_eq!(kv.load_prefix(&mut executor, &stats, &slots, 0, &a), 0);
     assert!(executor.saves.is_empty(), "nothing untrusted is saved");
+}
+
+#[test]
+fn a_returning_prompt_takes_the_idle_slot_holding_it_and_a_new_one_the_slot_that_loses_least() {
+    let (mut kv, mut executor, _stats, slots) = residency(3, 1 << 20);
+    let (a, b) = (tokens(PROMPT_A), tokens(PROMPT_B));
+    kv.release(&mut executor, 0, b.clone(), false);
+    kv.release(&mut executor, 1, a.clone(), false);
+    // A's next turn is reused in place in slot 1, not copied into slot 0 (two copies of A).
+    let next_turn = tokens(&format!("{PROMPT_A} and more"));
+    assert_eq!(kv.free_slot(&slots, &next_turn), Some(1));
+    // An unrelated prompt takes slot 2, which holds nothing: B and A stay.
+    let other = tokens("an unrelated prompt that shares nothing with the others");
+    assert_eq!(kv.free_slot(&slots, &other), Some(2));
+    // With A in slots 1 and 2, overwriting either loses nothing; B's slot is kept.
+    kv.release(&mut executor, 2, a, false);
+    assert_eq!(kv.free_slot(&slots, &other), Some(1));
+    // A few shared tokens (a chat template's header) do not count as holding the prompt.
+    assert_eq!(kv.free_slot(&slots, &tokens(&PROMPT_B[..5])), Some(1));
 }

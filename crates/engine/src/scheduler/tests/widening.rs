@@ -92,8 +92,9 @@ fn widening_the_last_chunk_of_a_prompt_takes_back_no_hits_it_never_had() {
     h.run_to_idle();
     // A cold 70-token prompt: 64 tokens now, its last 6 next step beside A's next turn,
     // widened to 20 over tokens its own first chunk computed.
+    // It takes slot 1, which holds nothing; A stays in slot 0.
     let mut cold = h.submit_n(&"z".repeat(70), 4);
-    assert_eq!(h.step(), [(0, 64)]);
+    assert_eq!(h.step(), [(1, 64)]);
     let _next = h.submit_n(&format!("{PROMPT_A} and more"), 4);
     assert_eq!(h.step(), [(0, 20), (1, 20)]);
     h.run_to_idle();
