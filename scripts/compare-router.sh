@@ -7,9 +7,10 @@
 #   1. cache_aware routing, 2. round_robin, 3. one rillm with 2 threads at the same load
 #   (the cache of both replicas together), 4. a fault run: cache_aware, one replica killed
 #   (SIGKILL) mid-run; failures counted before and after the router noticed.
-# Each replica's prefix cache is smaller than the 8 prefixes (a slot and 40 MiB of host
-# memory: about 5 of them), as a GPU's is smaller than a real working set: whether each
-# replica sees 4 tenants or 8 is what routing decides.
+# Each replica's prefix cache is smaller than the 8 prefixes (4 slots and 20 MiB of host
+# memory, one saved prompt: 5 of them; 40 MiB held 7 once the host tier stopped keeping
+# copies of what the slots hold), as a GPU's is smaller than a real working set: whether
+# each replica sees 4 tenants or 8 is what routing decides.
 # Results: $OUT/*.json, $OUT/summary.txt. Usage: scripts/compare-router.sh; RUNS picks parts
 # (default "routing single fault"); the fault run sends FAULT_REQUESTS (150): after the kill
 # one replica carries the whole load, past its capacity, and a longer run would only add
@@ -27,7 +28,7 @@ FAULT_REQUESTS=${FAULT_REQUESTS:-150}
 RUNS=${RUNS:-routing single fault}
 BENCH=./target/release/rillm
 mkdir -p "$OUT"
-SERVE=(--max-running 4 --prefix-cache-mib 40)
+SERVE=(--max-running 4 --prefix-cache-mib 20)
 WORKLOAD=(--rate "$RATE" --input-tokens 32 --output-tokens 16 --ignore-eos
   --shared-prefix-tokens 400 --prefix-groups 8 --seed 7 --timeout 300 --ttft-slo-ms 1500)
 
@@ -73,7 +74,7 @@ done
 
 single() {
 echo "== one rillm, 2 threads, the cache of both replicas"
-./target/release/rillm serve --port $((PORT + 1)) --threads 2 --max-running 8 --prefix-cache-mib 80 \
+./target/release/rillm serve --port $((PORT + 1)) --threads 2 --max-running 8 --prefix-cache-mib 40 \
   >"$OUT/single.log" 2>&1 &
 single=$!
 "$PY" -c "import time, urllib.request as u
