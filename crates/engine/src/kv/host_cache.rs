@@ -26,10 +26,11 @@ use crate::stats::HostCacheCounts;
 /// exact length is counted from the tokens anyway.
 pub const BLOCK_TOKENS: usize = 16;
 
-/// Whether `in_slots` holds at least [`COPY_SHARE`] of the `len` tokens whose chained block
-/// hashes are `hashes`.
-fn mostly_in(hashes: &[u64], len: usize, in_slots: &HashSet<u64>) -> bool {
-    let held_blocks = hashes.iter().rposition(|h| in_slots.contains(h)).map_or(0, |i| i + 1);
+/// Whether at least [`COPY_SHARE`] of the `len` tokens whose chained block hashes are
+/// `hashes` are held elsewhere (`held`). Block hashes are chained, so the deepest block held
+/// elsewhere says how many leading blocks are.
+fn mostly_held(hashes: &[u64], len: usize, held: impl Fn(&u64) -> bool) -> bool {
+    let held_blocks = hashes.iter().rposition(held).map_or(0, |i| i + 1);
     len > 0 && (held_blocks * BLOCK_TOKENS) as f64 >= COPY_SHARE * len as f64
 }
 
@@ -175,7 +176,7 @@ impl<S> HostCache<S> {
             return false;
         }
         let block_hashes = block_hashes(&tokens);
-        let copy = mostly_in(&block_hashes, tokens.len(), in_slots);
+        let copy = mostly_held(&block_hashes, tokens.len(), |h| in_slots.contains(h));
         if copy && !self.room_from_copies(bytes, in_slots) {
             return false;
         }
@@ -237,16 +238,12 @@ impl<S> HostCache<S> {
     }
 
     /// Whether entry `id` shares at least [`COPY_SHARE`] of its tokens with another entry
-    /// or with what the slots hold (`in_slots`). Block hashes are chained, so the deepest of
-    /// its blocks held elsewhere says how many leading blocks they share.
+    /// or with what the slots hold (`in_slots`).
     fn is_copy(&self, id: u64, in_slots: &HashSet<u64>) -> bool {
         let entry = &self.entries[&id];
-        let shared_blocks = entry
-            .block_hashes
-            .iter()
-            .rposition(|h| in_slots.contains(h) || self.index.get(h).is_some_and(|ids| ids.len() > 1))
-            .map_or(0, |i| i + 1);
-        (shared_blocks * BLOCK_TOKENS) as f64 >= COPY_SHARE * entry.tokens.len() as f64
+        mostly_held(&entry.block_hashes, entry.tokens.len(), |h| {
+            in_slots.contains(h) || self.index.get(h).is_some_and(|ids| ids.len() > 1)
+        })
     }
 
     fn remove(&mut self, id: u64) {

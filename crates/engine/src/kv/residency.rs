@@ -216,7 +216,7 @@ impl<S> KvResidency<S> {
         self.preserve(executor, stats, slot, keep, Some(slots));
         if let Some((id, shared)) = restore {
             let restored = self.restore(executor, stats, slot, id, shared);
-            return if restored { (shared, PrefixSource::Host) } else { (0, PrefixSource::Host) };
+            return (if restored { shared } else { 0 }, PrefixSource::Host);
         }
         match donor {
             Some((donor, shared)) => {
