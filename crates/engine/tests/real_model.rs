@@ -254,9 +254,9 @@ fn a_sequence_moved_into_a_freed_slot_generates_exactly_what_it_would_have() {
     let _g = serial();
     let engine = engine(4, 4, 512);
     let prompt = "The three primary colours are";
-    let alone = collect_scored(engine.submit(with_tops(greedy(prompt, 40))).unwrap());
-    // Fill slots 0..2 with other prompts, then our prompt in slot 3; cancelling the first
-    // three leaves holes below it, so the engine moves it down to slot 0 mid-generation.
+    // Other prompts fill slots 0..2 of the empty engine, ours takes slot 3; cancelling the
+    // ones in slots 1 and 2 leaves a hole between two running sequences (0 and 3), so the
+    // engine moves ours down into it mid-generation. (A single run above slot 0 stays put.)
     let mut others: Vec<_> =
         (0..3).map(|i| engine.submit(greedy(&format!("Item {i}: apples and pears"), 200)).unwrap()).collect();
     for s in &mut others {
@@ -265,14 +265,17 @@ fn a_sequence_moved_into_a_freed_slot_generates_exactly_what_it_would_have() {
     let moves_before = engine.stats().snapshot().sequences_moved;
     let mut moved = engine.submit(with_tops(greedy(prompt, 40))).unwrap();
     let first = moved.blocking_next();
+    let slot_zero = others.remove(0);
     drop(others);
     let mut rest = collect_scored(moved);
+    drop(slot_zero);
     if let Some(StreamEvent::Text { text, token_ids, logprobs, .. }) = first {
         rest.text.insert_str(0, &text);
         rest.ids.splice(0..0, token_ids);
         let tops = logprobs.iter().map(|l| l.top.iter().map(|t| (t.token, t.logprob)).collect());
         rest.tops.splice(0..0, tops);
     }
+    let alone = collect_scored(engine.submit(with_tops(greedy(prompt, 40))).unwrap());
     assert_eq!(rest.done.finish_reason, FinishReason::Length);
     assert_eq!(engine.stats().snapshot().sequences_moved, moves_before + 1, "it was moved once");
     // The same tokens after the move (computed beside others, so near-ties aside).
