@@ -37,7 +37,7 @@ SLOTS=${SLOTS:-8}
 CTX=${CTX:-4096}
 CHOICES=${CHOICES:-required auto}
 SERVERS=${SERVERS:-llama rillm}
-LLAMA_TEMPLATE=${LLAMA_TEMPLATE-$(ls -d /tmp/peer/llama_cpp_python-*/vendor/llama.cpp/models/templates/Qwen-Qwen2.5-7B-Instruct.jinja 2>/dev/null | head -1)}
+LLAMA_TEMPLATE=${LLAMA_TEMPLATE-$(ls -d /tmp/peer/llama_cpp_python-*/vendor/llama.cpp/models/templates/Qwen-Qwen2.5-7B-Instruct.jinja 2>/dev/null | head -1 || true)}
 LLAMA_JINJA="--jinja${LLAMA_TEMPLATE:+ --chat-template-file $LLAMA_TEMPLATE}"
 . scripts/compare-common.sh
 mkdir -p "$OUT"

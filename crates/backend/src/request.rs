@@ -205,6 +205,13 @@ pub enum Constraint {
     /// stays, the output so far is void. (A reply about to repeat a call the conversation has
     /// already answered is generated again as the answer.)
     Restartable { constraint: Box<Constraint>, restart: Box<Constraint> },
+    /// Calls or an answer, as the model chooses without a mask: an output that opens with
+    /// `trigger` (after whitespace) is a sentence of `calls` (Lark, from the trigger on);
+    /// one that cannot open so is `answer` from its start, and what it wrote towards the
+    /// trigger is void (`StreamEvent::Restarted`). The reader may restart it as `answer`
+    /// too (`RequestStream::restart_choice`). For replies to the results of calls, where a
+    /// mask of `calls | answer` makes a model that would answer open a call instead.
+    CallsOrAnswer { trigger: String, calls: String, answer: Box<Constraint> },
 }
 
 impl Constraint {
@@ -218,6 +225,7 @@ impl Constraint {
             Self::Lark(_) => "grammar",
             Self::Lazy { .. } => "lazy_grammar",
             Self::Restartable { constraint, .. } => constraint.kind(),
+            Self::CallsOrAnswer { .. } => "grammar",
         }
     }
 }

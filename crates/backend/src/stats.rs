@@ -83,6 +83,9 @@ pub struct ConstraintSnapshot {
     /// Samples drawn again because, before a lazy grammar's trigger, the token would have
     /// opened the grammar and broken it.
     pub resamples: u64,
+    /// Replies to the results of calls, under calls-or-an-answer, whose first token (drawn
+    /// as without the constraint) opened no call: answered at once in the answer's shape.
+    pub answers_chosen: u64,
 }
 
 /// How the KV cache is laid out, for gateways that score prefix reuse per replica (GIE's

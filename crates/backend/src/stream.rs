@@ -38,6 +38,14 @@ impl ChoiceControls {
             .is_some_and(|state| state.compare_exchange(RESTART, GO_ON, Ordering::Relaxed, Ordering::Relaxed).is_ok())
     }
 
+    /// The backend itself starts choice `index` over at its next step (its constraint's own
+    /// restart: `Constraint::CallsOrAnswer`), unless its reader ended it.
+    pub fn ask_restart(&self, index: u32) {
+        if let Some(state) = self.0.get(index as usize) {
+            let _ = state.compare_exchange(GO_ON, RESTART, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
     fn set(&self, index: u32, to: u8) {
         if let Some(state) = self.0.get(index as usize) {
             state.store(to, Ordering::Relaxed);

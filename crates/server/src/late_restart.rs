@@ -43,7 +43,11 @@ impl LateRestarts {
 
     /// `request` again as one choice under its restart, when its constraint has one.
     pub fn follow_up(request: &GenerateRequest) -> Option<GenerateRequest> {
-        let Some(Constraint::Restartable { restart, .. }) = &request.constraint else { return None };
+        let restart = match &request.constraint {
+            Some(Constraint::Restartable { restart, .. }) => restart,
+            Some(Constraint::CallsOrAnswer { answer, .. }) => answer,
+            _ => return None,
+        };
         let mut again = request.clone();
         (again.constraint, again.n, again.prompt_logprobs) = (Some((**restart).clone()), 1, None);
         Some(again)

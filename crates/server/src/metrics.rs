@@ -65,6 +65,10 @@ pub const STRUCTURED_FAILURES: &str = "rillm_structured_failures_total";
 /// `restarted` as the answer.
 pub const TOOL_CALLS_REPEATED: &str = "rillm_tool_calls_repeated_total";
 pub const STRUCTURED_RESAMPLES: &str = "rillm_structured_resamples_total";
+/// Replies to the results of calls that the model began as no call (under `auto` with an
+/// answer format): answered at once in the format, where the mask alone would have made it
+/// open a call (most often a repeat of the call just answered, dropped and restarted).
+pub const TOOL_ANSWERS_CHOSEN: &str = "rillm_tool_answers_chosen_total";
 /// Embedding and rerank requests, apart from generation's (label `task`): answered
 /// requests, their inputs, and their latency from arrival to answer.
 pub const POOLED_REQUESTS: &str = "rillm_embedding_requests_total";
@@ -251,6 +255,7 @@ fn render_structured(model: &str, c: &rillm_backend::ConstraintSnapshot) {
         (STRUCTURED_FORCED_TOKENS, c.forced_tokens),
         (STRUCTURED_FAILURES, c.failures),
         (STRUCTURED_RESAMPLES, c.resamples),
+        (TOOL_ANSWERS_CHOSEN, c.answers_chosen),
     ];
     set_counters(model, &counters);
     gauge!(STRUCTURED_COMPILE_SECONDS, "model_name" => model.to_string()).set(c.compile_micros as f64 / 1e6);

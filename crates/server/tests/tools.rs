@@ -451,3 +451,43 @@ async fn each_tool_call_format_is_asked_for_constrained_and_read_back() {
         assert_eq!(answer["choices"][0]["message"]["role"], "assistant", "{answer}");
     }
 }
+
+/// After a tool's result, under `auto` with an answer format, the model chooses between
+/// calling and answering as it would without the format. This model, handed the weather,
+/// goes on writing text (`<tool_response>…`, which starts as a call's opening would), so
+/// its reply is the answer in the schema, streamed or not: never the answered call repeated
+/// first, dropped and restarted (what the mask of `calls | answer` alone led it to).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_result_a_typed_reply_is_the_answer_unless_the_model_opens_a_call() {
+    let server = TestServer::start(opts()).await;
+    let schema = json!({"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]});
+    let arguments = r#"{"city": "Paris", "unit": "celsius"}"#;
+    let body = json!({
+        "messages": [
+            {"role": "user", "content": "What's the weather in Paris, in celsius?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "get_weather", "arguments": arguments}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "{\"temperature\": 18, \"sky\": \"cloudy\"}"}],
+        "tools": tools(), "temperature": 0, "max_tokens": 120,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema}},
+    });
+    let validator = jsonschema::validator_for(&schema).expect("a valid schema");
+    let reply = post_json(&server, body.clone()).await;
+    let message = &reply["choices"][0]["message"];
+    assert!(message["tool_calls"].as_array().is_none_or(Vec::is_empty), "{reply}");
+    let answer: Value = serde_json::from_str(message["content"].as_str().unwrap_or_default()).expect("JSON");
+    assert!(validator.is_valid(&answer), "{answer}");
+    let mut streaming = body;
+    streaming["stream"] = json!(true);
+    let (content, calls, _) = streamed(&server, &streaming).await;
+    assert!(calls.is_empty(), "{calls:?}");
+    assert_eq!(content, message["content"].as_str().unwrap_or_default(), "the stream carries the same answer");
+    // No repeat was generated first (its ~30 tokens would count in usage): at most the few
+    // tokens written towards a call's opening before the reply turned out to be the answer.
+    let tokenized = server.post("/tokenize", json!({"prompt": content, "add_special_tokens": false})).await;
+    let answer_tokens = tokenized.json::<Value>().await.expect("JSON")["count"].as_u64().expect("count");
+    let generated = reply["usage"]["completion_tokens"].as_u64().expect("usage");
+    assert!(generated <= answer_tokens + 5, "{generated} tokens generated for a {answer_tokens}-token answer");
+    // (Other tests here share the process's metrics: counted at least these two.)
+    assert!(server.metric("rillm_tool_answers_chosen_total").await >= 2.0, "the model chose to answer, both times");
+}

@@ -73,6 +73,11 @@ impl PendingRequest {
         self.controls.take_restart(self.index)
     }
 
+    /// The engine starts this choice over at its next step, as if its caller asked.
+    pub fn ask_restart(&self) {
+        self.controls.ask_restart(self.index);
+    }
+
     /// Choice `index` of this request: the same prompt and stream, its own constraint
     /// matcher, and with a request seed its own (reproducible) sampling stream.
     pub fn choice(&self, index: u32) -> Self {

@@ -304,6 +304,37 @@ impl Sequence {
         self.answer_constraint().map(SequenceConstraint::lazy_mask).transpose()
     }
 
+    /// Whether `token` may go on the output: always, but where its constraint is calls or
+    /// an answer (`Constraint::CallsOrAnswer`) and the output, `token` added, can no longer
+    /// open a call: the model answers.
+    pub fn constraint_opens(&mut self, token: TokenId, tokenizer: &dyn Tokenizer) -> bool {
+        let Some(constraint) = self.answer_constraint() else { return true };
+        let mut bytes = Vec::new();
+        tokenizer.append_token_bytes(token, &mut bytes);
+        constraint.opens(&bytes, tokenizer.is_end_of_generation(token))
+    }
+
+    /// Its output starts over under its constraint's restart at the next step (`restart`).
+    pub fn ask_restart(&mut self) {
+        self.request.ask_restart();
+    }
+
+    /// Whether its constraint has taken a token of the output.
+    pub fn constraint_started(&mut self) -> bool {
+        self.answer_constraint().is_some_and(|c| c.started())
+    }
+
+    /// The model answers: its output follows the constraint's restart (the answer's own)
+    /// from its first token. Nothing was generated under the first, so there is nothing to
+    /// void and no `Restarted` to send.
+    pub fn answer_without_calls(&mut self) {
+        if let Some(constraint) = self.request.constraint.as_mut() {
+            if let Some(restart) = constraint.take_restart() {
+                *constraint = restart;
+            }
+        }
+    }
+
     /// Its constraint, once the answer has begun (a reasoning model's thought is free).
     fn answer_constraint(&mut self) -> Option<&mut SequenceConstraint> {
         if !self.output.is_answering() {

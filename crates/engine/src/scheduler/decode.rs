@@ -55,7 +55,7 @@ pub(crate) fn decode_next(
     ctx: &DecodeContext,
 ) -> Result<Option<FinishReason>, String> {
     let predicted = drafting.predicted.take();
-    let (token, finished) = sample_and_accept(seq, row, logits, ctx)?;
+    let Some((token, finished)) = sample_and_accept(seq, row, logits, ctx)? else { return Ok(None) };
     if let Some(predicted) = predicted {
         // As if one token had been drafted.
         let kept = usize::from(predicted == token);
@@ -64,28 +64,66 @@ pub(crate) fn decode_next(
     Ok(finished)
 }
 
+/// `None`: the output starts over as the answer (`Sequence::asks_restart`), nothing taken.
 fn sample_and_accept(
     seq: &mut Sequence,
     row: usize,
     logits: &mut impl Logits,
     ctx: &DecodeContext,
-) -> Result<(TokenId, Option<FinishReason>), String> {
-    let mask = seq.constraint_mask()?;
-    let mut token = logits.sample(row, mask.as_ref(), seq.logit_adjust());
-    if seq.constraint_refuses(token, ctx.tokenizer) {
-        // Free text before a lazy grammar's trigger has no mask, and this token would open
-        // the grammar and break it: drawn again among the tokens that would not. (Rejecting
-        // and drawing again samples from the distribution without those tokens, as a mask
-        // would.) A request never fails on a token the server let the model sample.
-        let lazy = seq.lazy_constraint_mask()?;
-        token = logits.sample(row, lazy.as_ref(), seq.logit_adjust());
-        ctx.counters.record_resample();
+) -> Result<Option<(TokenId, Option<FinishReason>)>, String> {
+    let mut token = sample_constrained(seq, row, logits, ctx)?;
+    if !seq.constraint_opens(token, ctx.tokenizer) {
+        let Some(answer_token) = answer_instead(seq, row, logits, ctx)? else { return Ok(None) };
+        token = answer_token;
     }
     if let Some(top) = seq.request().logprobs {
         let (logprob, top) = logits.logprobs(row, token, top as usize);
         seq.note_logprob(token_logprob(ctx.tokenizer, token, logprob, top));
     }
-    Ok((token, seq.accept_token(token, ctx.tokenizer, ctx.ctx_limit, ctx.counters)?))
+    Ok(Some((token, seq.accept_token(token, ctx.tokenizer, ctx.ctx_limit, ctx.counters)?)))
+}
+
+/// A token from `row` under the sequence's constraint.
+fn sample_constrained(
+    seq: &mut Sequence,
+    row: usize,
+    logits: &mut impl Logits,
+    ctx: &DecodeContext,
+) -> Result<TokenId, String> {
+    let mask = seq.constraint_mask()?;
+    let token = logits.sample(row, mask.as_ref(), seq.logit_adjust());
+    if !seq.constraint_refuses(token, ctx.tokenizer) {
+        return Ok(token);
+    }
+    // Free text before a lazy grammar's trigger has no mask, and this token would open the
+    // grammar and break it: drawn again among the tokens that would not. (Rejecting and
+    // drawing again samples from the distribution without those tokens, as a mask would.)
+    // A request never fails on a token the server let the model sample.
+    let lazy = seq.lazy_constraint_mask()?;
+    ctx.counters.record_resample();
+    Ok(logits.sample(row, lazy.as_ref(), seq.logit_adjust()))
+}
+
+/// Under calls or an answer (`Constraint::CallsOrAnswer`), the model's own token (drawn
+/// without a mask, as `tool_choice: auto` without a format draws it) cannot open a call:
+/// the reply is the answer. As its first token, the answer's own constraint takes over and
+/// the token is drawn again under it; after tokens written towards a call's opening (`<`
+/// of `<tool_response>`), the output starts over as the answer (`None`). Under a mask of
+/// calls or the answer, such a model is made to open a call instead, and fills it with the
+/// call it was just answered: a repeat the server drops and restarts, ~30 tokens of wait.
+fn answer_instead(
+    seq: &mut Sequence,
+    row: usize,
+    logits: &mut impl Logits,
+    ctx: &DecodeContext,
+) -> Result<Option<TokenId>, String> {
+    ctx.counters.record_answer_chosen();
+    if seq.constraint_started() {
+        seq.ask_restart();
+        return Ok(None);
+    }
+    seq.answer_without_calls();
+    sample_constrained(seq, row, logits, ctx).map(Some)
 }
 
 /// What verifying a sequence's drafts found.
@@ -117,7 +155,7 @@ pub(crate) fn verify(
     let mut verified = Verified { finished: None, drafted: drafts.len(), accepted: 0 };
     for (i, row) in (first_row..=first_row + drafts.len()).enumerate() {
         let generated = seq.generated();
-        let (token, finished) = sample_and_accept(seq, row, logits, ctx)?;
+        let Some((token, finished)) = sample_and_accept(seq, row, logits, ctx)? else { break };
         let kept = drafts.get(i) == Some(&token);
         if kept {
             // The draft fed at the next position was this very token: its KV is right.

@@ -15,10 +15,14 @@
 //! says (by default only what they name is generated).
 //!
 //! Under `auto`, right after the results of calls (`answered`), a reply that would only
-//! repeat one of those calls is made again as the answer (`Constraint::Restartable`: the
-//! engine restarts it under the no-calls constraint, the format or plain text), where the
-//! route holds calls back until they complete, so nothing of the repeat was sent. Under
-//! `required` or a named function the reply must call: a repeat of an answered call is kept.
+//! repeat one of those calls is made again as the answer (the engine restarts it under the
+//! no-calls constraint, the format or plain text), where the route holds calls back until
+//! they complete, so nothing of the repeat was sent. With a format there, the model also
+//! chooses between calling and answering as it would without one
+//! (`Constraint::CallsOrAnswer`): a reply that does not open a call is the answer, where
+//! the mask of `calls | answer` alone makes a model about to answer open a call (and
+//! repeat the one just answered). Under `required` or a named function the reply must
+//! call: a repeat of an answered call is kept.
 
 use std::sync::Arc;
 
@@ -120,11 +124,14 @@ impl OutputShape {
         };
         let tools = self.read_tools(tools);
         let answer = format.as_ref().map(|(_, c)| c);
-        let mut constraint = tools::constraint(&tools, self.rules.call_format, answer);
-        if self.restarts() {
-            let restart = Box::new(tools::without_calls(self.rules.call_format, answer));
-            constraint = Constraint::Restartable { constraint: Box::new(constraint), restart };
-        }
+        let constraint = match (self.restarts(), answer) {
+            (true, Some(answer)) => tools::calls_or_answer(&tools, self.rules.call_format, answer),
+            (true, None) => Constraint::Restartable {
+                constraint: Box::new(tools::constraint(&tools, self.rules.call_format, None)),
+                restart: Box::new(tools::without_calls(self.rules.call_format, None)),
+            },
+            (false, _) => tools::constraint(&tools, self.rules.call_format, answer),
+        };
         let mut parts: Vec<(String, Constraint)> = format.iter().cloned().collect();
         parts.extend(tools.tools.iter().enumerate().map(|(i, tool)| {
             (format!("tools[{i}].function.parameters"), Constraint::JsonSchema(tool.parameters.clone()))

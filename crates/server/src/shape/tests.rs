@@ -188,11 +188,19 @@ fn after_results_an_auto_reply_may_restart_as_the_answer_and_nothing_else_does()
         let compared = if matches!(choice, "required" | "named") { 0 } else { 1 };
         assert_eq!(reading.answered.len(), compared, "{choice}");
         match (constraint, restarts) {
-            (Constraint::Restartable { restart, .. }, true) => {
-                let expected = if choice == "auto" { "json_object".to_string() } else { "start: TEXT?".to_string() };
-                assert!(restart.to_string_lossy().starts_with(&expected), "{choice}: {restart:?}");
+            // Without a format: calls once the model opens one, restarting as text.
+            (Constraint::Restartable { restart, .. }, true) if choice == "absent" => {
+                assert!(restart.to_string_lossy().starts_with("start: TEXT?"), "{choice}: {restart:?}");
             }
-            (other, false) => assert!(!matches!(other, Constraint::Restartable { .. }), "{choice}"),
+            // With one: calls if the model opens one, else (or restarted) the format's answer.
+            (Constraint::CallsOrAnswer { trigger, calls, answer }, true) if choice == "auto" => {
+                assert_eq!(trigger, "<tool_call>");
+                assert!(calls.starts_with("start: calls\ncalls: ") && !calls.contains("answer"), "{calls}");
+                assert_eq!(*answer, Constraint::JsonObject);
+            }
+            (other, false) => {
+                assert!(!matches!(other, Constraint::Restartable { .. } | Constraint::CallsOrAnswer { .. }), "{choice}")
+            }
             (other, true) => panic!("{choice}: {other:?} does not restart"),
         }
     }
@@ -221,6 +229,7 @@ impl Text for Constraint {
             Constraint::Restartable { constraint, restart } => {
                 format!("{} / {}", constraint.to_string_lossy(), restart.to_string_lossy())
             }
+            Constraint::CallsOrAnswer { calls, answer, .. } => format!("{calls} / {}", answer.to_string_lossy()),
         }
     }
 }

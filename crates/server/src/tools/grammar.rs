@@ -44,6 +44,17 @@ pub fn constraint(request: &ToolRequest, format: ToolCallFormat, answer: Option<
     }
 }
 
+/// A reply to the results of calls under `auto` with an answer format: calls if the model
+/// opens one as it would without a mask, else `answer` (`Constraint::CallsOrAnswer`).
+pub fn calls_or_answer(request: &ToolRequest, format: ToolCallFormat, answer: &Constraint) -> Constraint {
+    let syntax = syntax(format);
+    Constraint::CallsOrAnswer {
+        trigger: syntax.trigger.into(),
+        calls: format!("start: calls\n{}", calls_grammar(request, syntax)),
+        answer: Box::new(answer.clone()),
+    }
+}
+
 /// A reply that calls nothing: `answer`'s format, else text that never contains the call
 /// trigger (escaped as a regex).
 pub fn without_calls(format: ToolCallFormat, answer: Option<&Constraint>) -> Constraint {
@@ -80,6 +91,7 @@ fn answer_rule(format: &Constraint) -> String {
         // Not formats a request gives: what they first generate stands for them.
         Constraint::Lazy { grammar, .. } => format!("%lark {{\n{grammar}\n}}"),
         Constraint::Restartable { constraint, .. } => answer_rule(constraint),
+        Constraint::CallsOrAnswer { answer, .. } => answer_rule(answer),
     }
 }
 

@@ -16,7 +16,7 @@ mod parse;
 mod prompt;
 mod watch;
 
-pub use grammar::{constraint, without_calls};
+pub use grammar::{calls_or_answer, constraint, without_calls};
 pub use parse::{AnsweredCall, Repeat, ToolCallParser, ToolEvent};
 pub use prompt::{answered_calls, render_prompt, HistoryCall, HistoryMessage};
 pub use watch::{CallReading, RepeatWatch, Verdict};

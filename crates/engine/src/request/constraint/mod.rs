@@ -49,6 +49,7 @@ pub(crate) struct ConstraintCounters {
     forced_tokens: AtomicU64,
     failures: AtomicU64,
     resamples: AtomicU64,
+    answers_chosen: AtomicU64,
 }
 
 impl ConstraintCounters {
@@ -62,6 +63,7 @@ impl ConstraintCounters {
             forced_tokens: self.forced_tokens.load(Relaxed),
             failures: self.failures.load(Relaxed),
             resamples: self.resamples.load(Relaxed),
+            answers_chosen: self.answers_chosen.load(Relaxed),
         }
     }
 
@@ -75,6 +77,12 @@ impl ConstraintCounters {
     /// the row was sampled again without such tokens.
     pub fn record_resample(&self) {
         self.resamples.fetch_add(1, Relaxed);
+    }
+
+    /// A reply after the results of calls began as the model chose: no call, so it is the
+    /// answer, under the answer's own constraint (`decode::choose_call_or_answer`).
+    pub fn record_answer_chosen(&self) {
+        self.answers_chosen.fetch_add(1, Relaxed);
     }
 
     pub fn record_tokens(&self, sampled: u64, forced: u64) {
@@ -139,6 +147,11 @@ impl GrammarCompiler {
                 let restart = self.sequence_constraint(restart, counters)?;
                 self.sequence_constraint(constraint, counters)?.restarting_as(restart)
             }
+            Constraint::CallsOrAnswer { trigger, answer, .. } => {
+                let answer = self.sequence_constraint(answer, counters)?;
+                let calls = SequenceConstraint::new(self.matcher(constraint, counters)?).after_trigger(trigger);
+                calls.opening_only().restarting_as(answer)
+            }
             _ => SequenceConstraint::new(self.matcher(constraint, counters)?),
         })
     }
@@ -166,6 +179,8 @@ fn grammar_for(constraint: &Constraint) -> Result<TopLevelGrammar, Rejected> {
             TopLevelGrammar::from_regex(&format!("(?:{})", alternatives.join("|")))
         }
         Constraint::Lark(grammar) | Constraint::Lazy { grammar, .. } => TopLevelGrammar::from_lark(grammar.clone()),
+        // Its calls'; the answer compiles on its own (`sequence_constraint`).
+        Constraint::CallsOrAnswer { calls, .. } => TopLevelGrammar::from_lark(calls.clone()),
         // Its first constraint's; the restart compiles on its own (`sequence_constraint`).
         Constraint::Restartable { constraint, .. } => return grammar_for(constraint),
     })
@@ -194,11 +209,16 @@ pub(crate) struct SequenceConstraint {
     trigger: Option<Trigger>,
     /// What the output follows if its reader restarts it (`Constraint::Restartable`).
     restart: Option<Box<SequenceConstraint>>,
+    /// The output has taken a token (sampled or forced).
+    started: bool,
 }
 
 #[derive(Clone)]
 struct Trigger {
     text: Vec<u8>,
+    /// Before the trigger the output may only be its beginning (`Constraint::CallsOrAnswer`):
+    /// anything else is the answer, the restart.
+    opening_only: bool,
     /// The output's last bytes, enough to find the trigger across token boundaries.
     tail: Vec<u8>,
 }
@@ -223,7 +243,7 @@ pub(crate) enum Advance {
 
 impl SequenceConstraint {
     pub fn new(matcher: Matcher) -> Self {
-        Self { matcher, trigger: None, restart: None }
+        Self { matcher, trigger: None, restart: None, started: false }
     }
 
     /// Restarted, the output follows `restart` from its start.
@@ -237,9 +257,37 @@ impl SequenceConstraint {
         self.restart.take().map(|restart| *restart)
     }
 
+    /// Before its trigger, the output may only be the trigger's beginning (after whitespace):
+    /// anything else is the restart's (`opens`).
+    fn opening_only(mut self) -> Self {
+        if let Some(trigger) = self.trigger.as_mut() {
+            trigger.opening_only = true;
+        }
+        self
+    }
+
+    /// Whether the output, `bytes` added, may still open with the trigger (or has): always,
+    /// but under `Constraint::CallsOrAnswer` before its trigger, where an output that cannot
+    /// (or that `ends` there) is the answer.
+    pub fn opens(&self, bytes: &[u8], ends: bool) -> bool {
+        let Some(trigger) = self.trigger.as_ref().filter(|t| t.opening_only) else { return true };
+        if ends {
+            return false;
+        }
+        let mut text = trigger.tail.clone();
+        text.extend_from_slice(bytes);
+        let text = text.trim_ascii_start();
+        text.starts_with(&trigger.text) || trigger.text.starts_with(text)
+    }
+
+    /// Whether the output has taken a token under this constraint.
+    pub fn started(&self) -> bool {
+        self.started
+    }
+
     /// The matcher applies from the first occurrence of `trigger` in the output on.
     pub fn after_trigger(mut self, trigger: &str) -> Self {
-        self.trigger = Some(Trigger { text: trigger.as_bytes().to_vec(), tail: Vec::new() });
+        self.trigger = Some(Trigger { text: trigger.as_bytes().to_vec(), opening_only: false, tail: Vec::new() });
         self
     }
 
@@ -300,6 +348,7 @@ impl SequenceConstraint {
 
     /// Takes in tokens `forced_at_start` gave.
     pub fn take_forced(&mut self, tokens: &[TokenId]) -> Result<(), String> {
+        self.started |= !tokens.is_empty();
         self.matcher.consume_tokens(tokens).map_err(|e| grammar_error(&e.to_string()))
     }
 
@@ -316,6 +365,7 @@ impl SequenceConstraint {
     /// the grammar forces after it (without, forced tokens are sampled one by one from a
     /// mask that allows only them).
     pub fn advance(&mut self, token: TokenId, bytes: &[u8], jump_forward: bool) -> Result<Advance, String> {
+        self.started = true;
         match self.trigger.as_mut() {
             Some(trigger) => {
                 trigger.tail.extend_from_slice(bytes);

@@ -90,6 +90,9 @@ fn forced_tokens_stop_at_max_tokens() {
 #[test]
 fn a_choice_its_caller_restarts_starts_over_under_the_restart_and_one_it_ends_stops() {
     let mut h = Harness::new(2, 64);
+    // The model's own first token is `a`: it takes the first constraint's way (one it
+    // refuses would put the reply under the restart at once: the test below).
+    h.scheduler.executor.script = Some([b"qq".as_slice(), &[b'a'; 60]].concat());
     let compiler = GrammarCompiler::new(&byte_env()).expect("compiler");
     let restartable = Constraint::Restartable {
         constraint: Box::new(Constraint::Regex("[ab]{20}".into())),
@@ -133,4 +136,45 @@ fn a_choice_its_caller_restarts_starts_over_under_the_restart_and_one_it_ends_st
     let Some(StreamEvent::Finished(done)) = done else { panic!("no final event") };
     assert_eq!(done.finish_reason, FinishReason::Stop);
     assert!((3..10).contains(&done.usage.completion_tokens), "{done:?}");
+}
+
+#[test]
+fn a_reply_that_cannot_open_a_call_is_the_answer_and_one_that_opens_it_calls() {
+    // Calls (`#call` and two letters) or an answer (three digits), as the model chooses
+    // without a mask. The scripted model goes on with the script's bytes where it may.
+    let compiler = GrammarCompiler::new(&byte_env()).expect("compiler");
+    let calls_or_answer = Constraint::CallsOrAnswer {
+        trigger: "#call".into(),
+        calls: "start: \"#call\" /[ab]{2}/\n".into(),
+        answer: Box::new(Constraint::Regex("[0-9]{3}".into())),
+    };
+    // The model's own bytes: prose; a call; a digit (the answer too); `#cool`, which starts like
+    // a call and is not one (its first two bytes are void: a `Restarted` says so).
+    let cases = [("qqHello", "000", 1, false), ("qq#callab", "#callab", 0, false), ("qq7", "700", 1, false)];
+    for (script, reply, answered, restarted) in cases.into_iter().chain([("qq#cool", "000", 1, true)]) {
+        let mut h = Harness::new(1, 64);
+        h.scheduler.executor.script = Some(script.as_bytes().to_vec());
+        let counters = ConstraintCounters::default();
+        let constraint = compiler.sequence_constraint(&calls_or_answer, &counters).expect("compiles");
+        let controls = ChoiceControls::new(1);
+        let events =
+            h.submit_with("qq", 50, |r| (r.constraint, r.controls) = (Some(constraint), Arc::clone(&controls)));
+        h.run_to_idle();
+        let stream = RequestStream::new(1, 2, events).controlled(controls);
+        let events: Vec<StreamEvent> = std::iter::from_fn({
+            let mut stream = stream;
+            move || stream.blocking_next()
+        })
+        .collect();
+        let from = events.iter().rposition(|e| matches!(e, StreamEvent::Restarted { .. })).map_or(0, |at| at + 1);
+        let text: String = events[from..]
+            .iter()
+            .filter_map(|e| if let StreamEvent::Text { text, .. } = e { Some(text.as_str()) } else { None })
+            .collect();
+        // Under a mask of calls or the answer, `H` would have become `#`: a call.
+        assert_eq!(text, reply, "{script}: {events:?}");
+        assert_eq!(from > 0, restarted, "{script}: {events:?}");
+        assert!(matches!(events.last(), Some(StreamEvent::Finished(done)) if done.finish_reason == FinishReason::Stop));
+        assert_eq!(h.scheduler.stats.constraints.snapshot().answers_chosen, answered, "{script}");
+    }
 }
