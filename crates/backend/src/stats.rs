@@ -83,8 +83,8 @@ pub struct ConstraintSnapshot {
     /// Samples drawn again because, before a lazy grammar's trigger, the token would have
     /// opened the grammar and broken it.
     pub resamples: u64,
-    /// Replies to the results of calls, under calls-or-an-answer, whose first token (drawn
-    /// as without the constraint) opened no call: answered at once in the answer's shape.
+    /// Replies under calls or an answer (`Constraint::CallsOrAnswer`) that, written as the
+    /// model chose, could not open a call: made the answer, in the answer's shape.
     pub answers_chosen: u64,
 }
 

@@ -79,8 +79,8 @@ impl ConstraintCounters {
         self.resamples.fetch_add(1, Relaxed);
     }
 
-    /// A reply after the results of calls began as the model chose: no call, so it is the
-    /// answer, under the answer's own constraint (`decode::choose_call_or_answer`).
+    /// A reply under calls or an answer could not open a call as the model wrote it: it is
+    /// the answer, under the answer's own constraint (`decode::answer_instead`).
     pub fn record_answer_chosen(&self) {
         self.answers_chosen.fetch_add(1, Relaxed);
     }
