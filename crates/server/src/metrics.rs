@@ -110,6 +110,7 @@ const COUNTERS: &[(&str, &str)] = &[
     (STRUCTURED_TOKENS, "Tokens generated under an output constraint."),
     (STRUCTURED_FAILURES, "Constrained replies that could not go on (logged at warn; the reply ends with its text)."),
     (STRUCTURED_RESAMPLES, "Tokens sampled again: before a lazy grammar's trigger they would have broken it."),
+    (TOOL_ANSWERS_CHOSEN, "Replies to tool results that could not open a call as the model wrote them: the answer."),
     (TOOL_CALLS_REPEATED, "Repeated tool calls dropped; the reply then ended, or restarted as the answer."),
     (STRUCTURED_FORCED_TOKENS, "Constrained tokens the grammar forced (fed without a decode step)."),
     (SPEC_DRAFTS, "Number of spec decoding drafts."),
