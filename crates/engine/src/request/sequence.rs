@@ -39,6 +39,15 @@ pub(crate) struct Sequence {
     timing: Timing,
 }
 
+/// A sequence started over (`Sequence::restart`).
+pub(crate) struct Restart {
+    /// Its cells to keep: the caller drops the rest.
+    pub keep: u32,
+    /// The end its first (forced) tokens came to, if they ended it; an error if its
+    /// constraint failed on them.
+    pub finished: Result<Option<FinishReason>, String>,
+}
+
 /// When a sequence was admitted and gave its first token, and what the steps since took.
 struct Timing {
     admitted: Instant,
@@ -397,13 +406,19 @@ impl Sequence {
         Ok(self.push_constrained(std::iter::once(&token).chain(forced), tokenizer, ctx_limit))
     }
 
-    /// Starts the output again under its constraint's restart, as the caller asked
-    /// (`Constraint::Restartable`): what it generated is void (the caller is told with
-    /// `StreamEvent::Restarted`), the prompt's KV stays but for its last token, whose row is
-    /// computed again for the first new token. Returns the cells to keep (the caller drops
-    /// the rest), or `None` where there is nothing to restart (no restart, or nothing
-    /// generated yet).
-    pub fn restart(&mut self, ctx_limit: u32) -> Option<u32> {
+    /// Starts the output again under its constraint's restart, as the caller (or the
+    /// constraint: `Constraint::CallsOrAnswer`) asked: what it generated is void (the
+    /// caller is told with `StreamEvent::Restarted`), the prompt's KV stays. Where the
+    /// restart begins with tokens its constraint forces (a JSON answer's `{"answer": "`),
+    /// they are its first output at once, streamed now and fed after the prompt by the next
+    /// step; otherwise the prompt's last token is computed again for the first new token's
+    /// row. `None` where there is nothing to restart (no restart, or nothing generated yet).
+    pub fn restart(
+        &mut self,
+        tokenizer: &dyn Tokenizer,
+        ctx_limit: u32,
+        counters: &ConstraintCounters,
+    ) -> Option<Restart> {
         if self.is_prefilling() || self.awaits_fork {
             return None;
         }
@@ -412,10 +427,17 @@ impl Sequence {
         self.output = new_output(&self.request);
         self.closed_thought = false;
         self.logit_adjust = adjustments(&self.request);
-        self.cached = self.cached.min(self.request.prompt.len().saturating_sub(1) as u32);
+        let prompt = self.request.prompt.len() as u32;
+        let whole_prompt = self.cached >= prompt;
+        self.cached = self.cached.min(prompt.saturating_sub(1));
         self.find_start_forced(ctx_limit);
         let _ = self.request.events.send(StreamEvent::Restarted { index: self.request.index });
-        Some(self.cached)
+        if !whole_prompt || self.start_forced.is_empty() {
+            return Some(Restart { keep: self.cached, finished: Ok(None) });
+        }
+        self.cached = prompt;
+        let finished = self.accept_start_forced(tokenizer, ctx_limit, counters);
+        Some(Restart { keep: prompt, finished })
     }
 
     /// Constrained output tokens the matcher has taken in (a sampled one and those forced

@@ -46,10 +46,14 @@ impl<E: Executor> Scheduler<E> {
     pub(super) fn restart(&mut self, slot: usize) {
         let ctx_limit = self.executor.ctx_per_sequence();
         let Some(seq) = self.running[slot].as_mut() else { return };
-        if let Some(keep) = seq.restart(ctx_limit) {
-            self.executor.truncate_sequence(slot, keep);
-            self.drafter.slot_mut(slot).drafts.clear();
-            tracing::debug!(id = seq.request().id, index = seq.request().index, "output restarted");
+        let Some(restart) = seq.restart(self.tokenizer.as_ref(), ctx_limit, &self.stats.constraints) else { return };
+        self.executor.truncate_sequence(slot, restart.keep);
+        self.drafter.slot_mut(slot).drafts.clear();
+        tracing::debug!(id = seq.request().id, index = seq.request().index, "output restarted");
+        match restart.finished {
+            Ok(None) => {}
+            Ok(Some(reason)) => self.release(slot, reason, None),
+            Err(error) => self.end_at_constraint_failure(slot, error),
         }
     }
 

@@ -178,3 +178,27 @@ fn a_reply_that_cannot_open_a_call_is_the_answer_and_one_that_opens_it_calls() {
         assert_eq!(h.scheduler.stats.constraints.snapshot().answers_chosen, answered, "{script}");
     }
 }
+
+#[test]
+fn a_restart_that_begins_with_forced_tokens_streams_them_at_once_and_keeps_the_prompt_whole() {
+    let compiler = GrammarCompiler::new(&byte_env()).expect("compiler");
+    let calls_or_answer = Constraint::CallsOrAnswer {
+        trigger: "#call".into(),
+        calls: "start: \"#call\" /[ab]{2}/\n".into(),
+        answer: Box::new(Constraint::Regex("ok [0-9]".into())),
+    };
+    let mut h = Harness::new(1, 64);
+    // `#co`: written towards the trigger, then not it: the reply restarts as the answer.
+    h.scheduler.executor.script = Some(b"qq#cool".to_vec());
+    let constraint = compiler.sequence_constraint(&calls_or_answer, &ConstraintCounters::default()).expect("compiles");
+    let mut events = h.submit_with("qq", 50, |r| r.constraint = Some(constraint));
+    h.run_to_idle();
+    let (text, done) = drain(&mut events);
+    assert!(text.ends_with("ok 0") && done.finish_reason == FinishReason::Stop, "{text:?}");
+    // The prompt's cells stay whole (no row of its last token computed again): the step
+    // after the restart feeds the forced `ok ` after it, not the prompt's last `q`.
+    assert!(h.scheduler.executor.truncations.contains(&(0, 2)), "{:?}", h.scheduler.executor.truncations);
+    let fed: Vec<Vec<u8>> =
+        h.scheduler.executor.batches.iter().map(|b| b.iter().map(|t| t.token as u8).collect()).collect();
+    assert!(fed.contains(&b"ok ".to_vec()), "{fed:?}");
+}
