@@ -138,16 +138,22 @@ fn a_choice_its_caller_restarts_starts_over_under_the_restart_and_one_it_ends_st
     assert!((3..10).contains(&done.usage.completion_tokens), "{done:?}");
 }
 
-#[test]
-fn a_reply_that_cannot_open_a_call_is_the_answer_and_one_that_opens_it_calls() {
-    // Calls (`#call` and two letters) or an answer (three digits), as the model chooses
-    // without a mask. The scripted model goes on with the script's bytes where it may.
-    let compiler = GrammarCompiler::new(&byte_env()).expect("compiler");
-    let calls_or_answer = Constraint::CallsOrAnswer {
+/// Calls (`#call` and two letters) or an answer of `answer_regex`, as the model chooses
+/// without a mask; and the compiler for it.
+fn calls_or_answer(answer_regex: &str) -> (GrammarCompiler, Constraint) {
+    let constraint = Constraint::CallsOrAnswer {
         trigger: "#call".into(),
         calls: "start: \"#call\" /[ab]{2}/\n".into(),
-        answer: Box::new(Constraint::Regex("[0-9]{3}".into())),
+        answer: Box::new(Constraint::Regex(answer_regex.into())),
     };
+    (GrammarCompiler::new(&byte_env()).expect("compiler"), constraint)
+}
+
+#[test]
+fn a_reply_that_cannot_open_a_call_is_the_answer_and_one_that_opens_it_calls() {
+    // The scripted model goes on with the script's bytes where it may; answers are three
+    // digits.
+    let (compiler, calls_or_answer) = calls_or_answer("[0-9]{3}");
     // The model's own bytes: prose; a call; a digit (the answer too); `#cool`, which starts like
     // a call and is not one (its first two bytes are void: a `Restarted` says so).
     let cases = [("qqHello", "000", 1, false), ("qq#callab", "#callab", 0, false), ("qq7", "700", 1, false)];
@@ -181,12 +187,7 @@ fn a_reply_that_cannot_open_a_call_is_the_answer_and_one_that_opens_it_calls() {
 
 #[test]
 fn a_restart_that_begins_with_forced_tokens_streams_them_at_once_and_keeps_the_prompt_whole() {
-    let compiler = GrammarCompiler::new(&byte_env()).expect("compiler");
-    let calls_or_answer = Constraint::CallsOrAnswer {
-        trigger: "#call".into(),
-        calls: "start: \"#call\" /[ab]{2}/\n".into(),
-        answer: Box::new(Constraint::Regex("ok [0-9]".into())),
-    };
+    let (compiler, calls_or_answer) = calls_or_answer("ok [0-9]");
     let mut h = Harness::new(1, 64);
     // `#co`: written towards the trigger, then not it: the reply restarts as the answer.
     h.scheduler.executor.script = Some(b"qq#cool".to_vec());
