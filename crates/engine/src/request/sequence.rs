@@ -317,10 +317,14 @@ impl Sequence {
     /// an answer (`Constraint::CallsOrAnswer`) and the output, `token` added, can no longer
     /// open a call: the model answers.
     pub fn constraint_opens(&mut self, token: TokenId, tokenizer: &dyn Tokenizer) -> bool {
-        let Some(constraint) = self.answer_constraint() else { return true };
-        let mut bytes = Vec::new();
-        tokenizer.append_token_bytes(token, &mut bytes);
-        constraint.opens(&bytes, tokenizer.is_end_of_generation(token))
+        // Every sampled token comes here: only one awaiting a call's opening reads bytes.
+        if !self.answer_constraint().is_some_and(|c| c.awaits_opening()) {
+            return true;
+        }
+        let ends = tokenizer.is_end_of_generation(token);
+        let bytes = self.output.token_bytes();
+        tokenizer.append_token_bytes(token, bytes);
+        self.request.constraint.as_ref().is_none_or(|c| c.opens(bytes, ends))
     }
 
     /// Its output starts over under its constraint's restart at the next step (`restart`).

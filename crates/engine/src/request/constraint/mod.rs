@@ -266,6 +266,12 @@ impl SequenceConstraint {
         self
     }
 
+    /// Under `Constraint::CallsOrAnswer`, before its trigger: the output must open a call or
+    /// be the answer (`opens`).
+    pub fn awaits_opening(&self) -> bool {
+        self.trigger.as_ref().is_some_and(|t| t.opening_only)
+    }
+
     /// Whether the output, `bytes` added, may still open with the trigger (or has): always,
     /// but under `Constraint::CallsOrAnswer` before its trigger, where an output that cannot
     /// (or that `ends` there) is the answer.
