@@ -249,6 +249,26 @@ impl Sequence {
         &self.start_forced
     }
 
+    /// Under calls or an answer (`Constraint::CallsOrAnswer`), before its first token: the
+    /// call trigger's tokens, fed as drafts after the prompt's last chunk, so the step that
+    /// computes the prompt also says whether the model writes the trigger (its first
+    /// tokens verified at once) or turns away from it (the answer, restarted before the
+    /// next step): without them `<`, `tool`, `_` of `<tool_response>` each took a step of
+    /// their own before the reply could start as the answer. Within `max_tokens` and the
+    /// context; none for a request with choices or its prompt scored (`find_start_forced`).
+    pub fn opening_drafts(&mut self, ctx_limit: u32) -> Vec<TokenId> {
+        let request = &self.request;
+        if request.n > 1 || request.prompt_logprobs.is_some() || self.awaits_fork || !self.output.is_answering() {
+            return Vec::new();
+        }
+        let room = (ctx_limit as usize)
+            .saturating_sub(request.prompt.len() + 1)
+            .min(request.max_tokens.saturating_sub(1) as usize);
+        let mut tokens = request.constraint.as_ref().map(SequenceConstraint::opening_tokens).unwrap_or_default();
+        tokens.truncate(room);
+        tokens
+    }
+
     /// The step had no room for the start's forced tokens: the grammar forces them one at
     /// a time instead.
     pub fn drop_start_forced(&mut self) {

@@ -1,6 +1,8 @@
 //! The batch one step computes: a decode row for every generating sequence (its last
 //! token, and any tokens its constraint forced), then prompt tokens of sequences still
-//! prefilling, up to the step's token budget. Which prompts get budget is
+//! prefilling, up to the step's token budget; a prompt's last chunk is followed by the
+//! tokens its constraint forces first, or by a call's opening as drafts
+//! (`Sequence::opening_drafts`). Which prompts get budget is
 //! `prefill_plan`'s choice (fewest tokens left first, the oldest waiting at most about its
 //! own prefill for shorter ones); where the runtime computes a wider prefill faster, a
 //! completing prefill is widened.
@@ -110,7 +112,7 @@ impl StepBatch {
     pub fn plan<E: Executor>(
         &mut self,
         slots: &mut [Option<Sequence>],
-        drafter: &Drafter,
+        drafter: &mut Drafter,
         executor: &mut E,
         stats: &EngineStats,
         sizing: &StepSizing<'_>,
@@ -131,38 +133,64 @@ impl StepBatch {
         }
         self.planner.plan(budget, &self.prompts_left, sizing.join_below, &mut self.prefill_take);
         self.widen_prefills(slots, executor, stats, generating);
-        // What one decode call still takes after the planned rows: room for forced tokens.
+        // What one decode call still takes after the planned rows: room for forced tokens
+        // and a call's opening.
         let mut room = self.batch_limit.saturating_sub(generating + self.prefilled());
         for (slot, seq) in slots.iter_mut().enumerate() {
             let Some(seq) = seq else { continue };
-            if !seq.is_prefilling() {
+            if seq.is_prefilling() {
+                room -= self.prefill_rows(slot, seq, drafter, executor.ctx_per_sequence(), room);
+            } else {
                 self.decode_rows(slot, seq, drafter.drafts(slot));
-                continue;
-            }
-            let take = self.prefill_take[slot];
-            let completes_prompt = take > 0 && take == seq.prompt_left().len();
-            // The tokens its constraint forces first go with the prompt's last chunk, and the
-            // output row is the last of them; without room they are forced one at a time.
-            if completes_prompt && seq.start_forced().len() > room {
-                seq.drop_start_forced();
-            }
-            let forced = if completes_prompt { seq.start_forced().len() } else { 0 };
-            room -= forced;
-            // A scored prompt has nothing forced after it (`Sequence::find_start_forced`).
-            let scored = seq.request().prompt_logprobs.is_some();
-            let fed = seq.prompt_left()[..take].iter().chain(&seq.start_forced()[..forced]);
-            for (i, &token) in fed.enumerate() {
-                let sampled = completes_prompt && i + 1 == take + forced;
-                let pos = seq.cached() + i as u32;
-                if sampled {
-                    self.outputs.push((slot, self.tokens.len()));
-                }
-                if scored {
-                    self.prompt_rows.push((slot, self.tokens.len(), pos as usize));
-                }
-                self.tokens.push(BatchToken { token, pos, seq: slot, logits: sampled || scored });
             }
         }
+    }
+
+    /// A prefilling sequence's rows: this step's chunk of its prompt and, where the chunk
+    /// completes it, what is fed after it (the tokens its constraint forces first, or a
+    /// call's opening as drafts), within `room`: rows beyond the planned ones. Returns the
+    /// rows of `room` it took.
+    fn prefill_rows(
+        &mut self,
+        slot: usize,
+        seq: &mut Sequence,
+        drafter: &mut Drafter,
+        ctx_limit: u32,
+        room: usize,
+    ) -> usize {
+        let take = self.prefill_take[slot];
+        let completes_prompt = take > 0 && take == seq.prompt_left().len();
+        // The tokens its constraint forces first go with the prompt's last chunk, and the
+        // output row is the last of them; without room they are forced one at a time.
+        if completes_prompt && seq.start_forced().len() > room {
+            seq.drop_start_forced();
+        }
+        let forced = if completes_prompt { seq.start_forced().len() } else { 0 };
+        // A scored prompt has nothing forced after it (`Sequence::find_start_forced`).
+        let scored = seq.request().prompt_logprobs.is_some();
+        let fed = seq.prompt_left()[..take].iter().chain(&seq.start_forced()[..forced]);
+        for (i, &token) in fed.enumerate() {
+            let sampled = completes_prompt && i + 1 == take + forced;
+            let pos = seq.cached() + i as u32;
+            if sampled {
+                self.outputs.push((slot, self.tokens.len()));
+            }
+            if scored {
+                self.prompt_rows.push((slot, self.tokens.len(), pos as usize));
+            }
+            self.tokens.push(BatchToken { token, pos, seq: slot, logits: sampled || scored });
+        }
+        let opening = if completes_prompt && forced == 0 { seq.opening_drafts(ctx_limit) } else { Vec::new() };
+        if opening.is_empty() || opening.len() > room - forced {
+            return forced;
+        }
+        let from = seq.cached() + take as u32;
+        for (i, &token) in opening.iter().enumerate() {
+            self.tokens.push(BatchToken { token, pos: from + i as u32, seq: slot, logits: true });
+        }
+        let rows = forced + opening.len();
+        drafter.open_with(slot, opening);
+        rows
     }
 
     /// A generating sequence's rows: its fed tokens, the last generated one's row the

@@ -170,7 +170,9 @@ pub(crate) fn verify(
             break;
         }
     }
-    drafting.acceptance.observe(verified.drafted, verified.accepted);
+    if !drafting.opening {
+        drafting.acceptance.observe(verified.drafted, verified.accepted);
+    }
     Ok(verified)
 }
 

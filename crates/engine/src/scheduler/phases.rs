@@ -61,7 +61,7 @@ impl<E: Executor> Scheduler<E> {
             join_below: self.costs.step.step_in_prompt_tokens(generating),
             admission_order,
         };
-        self.batch.plan(slots, &self.drafter, &mut self.executor, &self.stats, &sizing);
+        self.batch.plan(slots, &mut self.drafter, &mut self.executor, &self.stats, &sizing);
     }
 
     /// Runs the batch and learns what it cost; after it, each sequence's cells hold what
@@ -178,6 +178,7 @@ impl<E: Executor> Scheduler<E> {
         let ctx = DecodeContext { tokenizer: self.tokenizer.as_ref(), ctx_limit, counters: &self.stats.constraints };
         let mut logits = SlotLogits { executor: &mut self.executor, slot };
         let drafting = self.drafter.slot_mut(slot);
+        let opening = drafting.opening;
         let finished = if drafting.drafts.is_empty() {
             decode_next(seq, drafting, row, &mut logits, &ctx)?
         } else {
@@ -186,7 +187,9 @@ impl<E: Executor> Scheduler<E> {
                 // The rejected drafts' cells go; the next token is fed where they began.
                 self.executor.truncate_sequence(slot, seq.cached());
             }
-            self.stats.record_speculation(verified.drafted, verified.accepted);
+            if !opening {
+                self.stats.record_speculation(verified.drafted, verified.accepted);
+            }
             verified.finished
         };
         if let Some((predicted_ms, waited_ms)) = seq.take_forecast_outcome() {

@@ -87,6 +87,14 @@ impl Drafter {
         self.slots.iter().map(|s| s.drafts.len()).sum()
     }
 
+    /// `slot`'s prompt completes this step, and `tokens`, a call's opening, are fed after
+    /// it as drafts (`Sequence::opening_drafts`).
+    pub fn open_with(&mut self, slot: usize, tokens: Vec<TokenId>) {
+        let state = &mut self.slots[slot];
+        state.drafts = tokens;
+        state.opening = true;
+    }
+
     /// A new sequence took `slot`: it starts with fresh estimates.
     pub fn reset(&mut self, slot: usize) {
         self.slots[slot] = SlotDrafts::default();
@@ -130,6 +138,7 @@ impl Drafter {
             let state = &mut self.slots[slot];
             state.drafts.clear();
             state.predicted = None;
+            state.opening = false;
             // A sequence with forced tokens to feed drafts nothing: the layout feeds those.
             let room = match seq.as_ref() {
                 Some(seq) if lookups && seq.uncached_generated().len() == 1 => seq.draft_room(step.ctx_limit),

@@ -17,6 +17,10 @@ pub(crate) struct SlotDrafts {
     /// The token prompt lookup expected next when no draft was fed: checked against the
     /// sampled one, so the acceptance estimate keeps learning while nothing is drafted.
     pub predicted: Option<TokenId>,
+    /// This step's drafts are a call's opening fed after the prompt
+    /// (`Sequence::opening_drafts`), not a guess at the text: they say nothing of how
+    /// deep the next drafts should go, nor count as speculation.
+    pub opening: bool,
 }
 
 /// What bounds and prices the next step's drafts.

@@ -286,6 +286,15 @@ impl SequenceConstraint {
         text.starts_with(&trigger.text) || trigger.text.starts_with(text)
     }
 
+    /// Before its first token under `Constraint::CallsOrAnswer`: the trigger's tokens, to
+    /// feed as drafts after the prompt (`Sequence::opening_drafts`); otherwise none.
+    pub fn opening_tokens(&self) -> Vec<TokenId> {
+        match (self.trigger.as_ref(), self.matcher.tok_env()) {
+            (Some(trigger), Ok(env)) if trigger.opening_only && !self.started => env.tokenize_bytes(&trigger.text),
+            _ => Vec::new(),
+        }
+    }
+
     /// Whether the output has taken a token under this constraint.
     pub fn started(&self) -> bool {
         self.started

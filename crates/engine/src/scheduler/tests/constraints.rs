@@ -155,9 +155,12 @@ fn a_reply_that_cannot_open_a_call_is_the_answer_and_one_that_opens_it_calls() {
     // digits.
     let (compiler, calls_or_answer) = calls_or_answer("[0-9]{3}");
     // The model's own bytes: prose; a call; a digit (the answer too); `#cool`, which starts like
-    // a call and is not one (its first two bytes are void: a `Restarted` says so).
-    let cases = [("qqHello", "000", 1, false), ("qq#callab", "#callab", 0, false), ("qq7", "700", 1, false)];
-    for (script, reply, answered, restarted) in cases.into_iter().chain([("qq#cool", "000", 1, true)]) {
+    // a call and is not one (its first two bytes are void: a `Restarted` says so). And the
+    // steps each takes: the prompt's step feeds the trigger `#call` after it as drafts, so a
+    // call's opening is verified whole there (`#calla` in one step, `b` in the next), and
+    // `#co` is known not to be one there too (without the drafts: a step a byte).
+    let cases = [("qqHello", "000", 1, false, 3), ("qq#callab", "#callab", 0, false, 2), ("qq7", "700", 1, false, 3)];
+    for (script, reply, answered, restarted, steps) in cases.into_iter().chain([("qq#cool", "000", 1, true, 4)]) {
         let mut h = Harness::new(1, 64);
         h.scheduler.executor.script = Some(script.as_bytes().to_vec());
         let counters = ConstraintCounters::default();
@@ -182,6 +185,17 @@ fn a_reply_that_cannot_open_a_call_is_the_answer_and_one_that_opens_it_calls() {
         assert_eq!(from > 0, restarted, "{script}: {events:?}");
         assert!(matches!(events.last(), Some(StreamEvent::Finished(done)) if done.finish_reason == FinishReason::Stop));
         assert_eq!(h.scheduler.stats.constraints.snapshot().answers_chosen, answered, "{script}");
+        let batches = &h.scheduler.executor.batches;
+        let first: Vec<u8> = batches[0].iter().map(|t| t.token as u8).collect();
+        assert_eq!(first, b"qq#call", "{script}: the prompt, then the trigger as drafts");
+        assert_eq!(
+            batches[0].iter().filter(|t| t.logits).count(),
+            6,
+            "{script}: the prompt's last row and each draft's"
+        );
+        assert_eq!(batches.len(), steps, "{script}");
+        // They are no speculation: the counters and the slot's estimates are the drafter's.
+        assert_eq!(h.scheduler.stats.snapshot().speculation.draft_tokens, 0, "{script}");
     }
 }
 
@@ -202,4 +216,21 @@ fn a_restart_that_begins_with_forced_tokens_streams_them_at_once_and_keeps_the_p
     let fed: Vec<Vec<u8>> =
         h.scheduler.executor.batches.iter().map(|b| b.iter().map(|t| t.token as u8).collect()).collect();
     assert!(fed.contains(&b"ok ".to_vec()), "{fed:?}");
+}
+
+#[test]
+fn a_calls_opening_fed_after_the_prompt_stays_within_max_tokens() {
+    let (compiler, calls_or_answer) = calls_or_answer("[0-9]{3}");
+    for (max_tokens, fed) in [(2, b"qq#".as_slice()), (1, b"qq"), (50, b"qq#call")] {
+        let mut h = Harness::new(1, 64);
+        h.scheduler.executor.script = Some(b"qq#callab".to_vec());
+        let constraint =
+            compiler.sequence_constraint(&calls_or_answer, &ConstraintCounters::default()).expect("compiles");
+        let mut events = h.submit_with("qq", max_tokens, |r| r.constraint = Some(constraint));
+        h.run_to_idle();
+        let first: Vec<u8> = h.scheduler.executor.batches[0].iter().map(|t| t.token as u8).collect();
+        assert_eq!(first, fed, "max_tokens {max_tokens}: one token is sampled after the drafts");
+        let (text, done) = drain(&mut events);
+        assert_eq!(done.usage.completion_tokens, max_tokens.min(7), "{text:?}");
+    }
 }
