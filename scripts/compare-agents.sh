@@ -25,7 +25,10 @@
 # run without it, rillm's typed agents are compared with its plain ones. Those make other
 # calls and other rounds, so the format's own price is measured apart too: rillm's typed
 # requests (REPLAY=0 skips it) are replayed as recorded on fresh rillm servers, once as sent
-# and once without their answer format: the very same rounds and histories, each way.
+# and once without their answer format: the very same rounds and histories, each way. The
+# typed replies are shorter (answers that end), so output tok/s is compared once more with
+# the untyped requests cut to the length of the typed reply to the same round (`max_tokens`,
+# `ignore_eos`): the same requests and the same output tokens, with and without the format.
 #
 #   LLAMA_SERVER=/path/to/llama-server [API=responses] [FINAL_SCHEMA=F] scripts/compare-agents.sh [OUT_DIR]
 # SERVERS="llama rillm" (the default) or either alone.
@@ -61,6 +64,16 @@ replay() { # name [saved requests]
     --timeout 600 --output "$OUT/$1.json" > "$OUT/$1.txt"
 }
 
+equal_lengths() { # untyped requests, typed replay results in; the requests cut to the typed replies' lengths out
+  python3 -c 'import json, sys
+tokens = {(r["session_id"], r["round"]): r["completion_tokens"] for r in json.load(open(sys.argv[1]))["requests"]}
+for line in sys.stdin:
+    r = json.loads(line)
+    rnd = 1 + sum(m.get("role") == "assistant" for m in r["messages"])
+    r["max_tokens"], r["ignore_eos"] = tokens[(r.get("session_id"), rnd)], True
+    print(json.dumps(r))' "$2" < "$1" > "$3"
+}
+
 without_format() { # saved requests in, the same without `response_format` out
   python3 -c 'import json, sys
 for line in sys.stdin:
@@ -91,7 +104,9 @@ if [ "${REPLAY:-1}" = 1 ] && [ -n "$TYPED" ] && [[ " $SERVERS " == *" rillm "* ]
     saved="$OUT/rillm-$choice$TYPED.sessions.jsonl"
     [ -f "$saved" ] || continue
     without_format "$saved" "$OUT/rillm-$choice-untyped.sessions.jsonl"
-    for form in typed untyped; do
+    for form in typed untyped equal; do
+      [ "$form" = equal ] && equal_lengths "$OUT/rillm-$choice-untyped.sessions.jsonl" \
+        "$OUT/rillm-$choice-replay-typed.json" "$OUT/rillm-$choice-equal.sessions.jsonl"
       start_rillm "$OUT/rillm-$choice-replay-$form.log"
       replay "rillm-$choice-replay-$form" "$OUT/rillm-$choice-$form.sessions.jsonl"; stop_server
     done
@@ -114,6 +129,11 @@ for choice in $CHOICES; do
     grep -E "tool calls|final answers" "$OUT/rillm-$choice-replay-untyped.txt" "$OUT/rillm-$choice-replay-typed.txt" || true
     "$BENCH" bench compare "$OUT/rillm-$choice-replay-untyped.json" "$OUT/rillm-$choice-replay-typed.json" \
       --label untyped --label typed --force
+  fi
+  if [ -f "$OUT/rillm-$choice-replay-typed.json" ] && [ -f "$OUT/rillm-$choice-replay-equal.json" ]; then
+    echo "== tool_choice $choice: the same, the untyped replies cut to the typed ones' lengths (a) vs typed (b)"
+    "$BENCH" bench compare "$OUT/rillm-$choice-replay-equal.json" "$OUT/rillm-$choice-replay-typed.json" \
+      --label untyped-equal --label typed --force
   fi
 done
 if [ -f "$OUT/llama-replay.json" ] && [ -f "$OUT/rillm-replay.json" ]; then
