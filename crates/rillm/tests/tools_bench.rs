@@ -31,14 +31,32 @@ fn agent_loop<'a>(url: &'a str, prompts: &'a Path, tools: &'a Path, concurrency:
     ]
 }
 
+/// The shipped tools (`crates/bench/tools/tools.json`): all 24, a block of ~2,300 prompt
+/// tokens, or only those `named` (written into `dir`): the tests that check something other
+/// than the whole list take four, a prompt a sixth as long to compute.
+fn shipped_tools(dir: &Path, named: Option<&[&str]>) -> PathBuf {
+    let shipped = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/tools/tools.json");
+    let Some(named) = named else { return shipped };
+    let all: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(&shipped).unwrap()).unwrap();
+    let some: Vec<&serde_json::Value> =
+        all.iter().filter(|t| named.contains(&t["function"]["name"].as_str().unwrap_or_default())).collect();
+    assert_eq!(some.len(), named.len(), "every named tool is shipped");
+    let path = dir.join("tools.json");
+    std::fs::write(&path, serde_json::to_string(&some).unwrap()).unwrap();
+    path
+}
+
+/// Four of the shipped tools, the ones the tests' prompts ask for among them.
+const FOUR_TOOLS: &[&str] = &["get_weather", "get_forecast", "calculate", "get_time"];
+
 #[test]
 fn the_bench_plays_the_tools_and_checks_every_call() {
     let _serial = serial();
     // The 24 tools' block is ~2,300 prompt tokens.
     let server = start_server(4096, &[]);
-    let tools = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/tools/tools.json");
     let temp = tempfile::tempdir().expect("a temp dir");
     let dir = temp.path();
+    let tools = shipped_tools(dir, None);
     let (prompts, report, saved) = (dir.join("agents.jsonl"), dir.join("agents.html"), dir.join("agents-saved.jsonl"));
     std::fs::write(
         &prompts,
@@ -120,8 +138,8 @@ fn the_bench_plays_the_tools_and_checks_every_call() {
 fn the_agent_loop_runs_over_the_responses_api() {
     let _serial = serial();
     let server = start_server(4096, &[]);
-    let tools = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/tools/tools.json");
     let temp = tempfile::tempdir().expect("a temp dir");
+    let tools = shipped_tools(temp.path(), Some(FOUR_TOOLS));
     let prompts = temp.path().join("agents.jsonl");
     std::fs::write(
         &prompts,
@@ -157,9 +175,9 @@ fn the_agent_loop_runs_over_the_responses_api() {
 fn a_final_schema_makes_replies_calls_or_a_typed_answer_and_each_is_checked() {
     let _serial = serial();
     let server = start_server(4096, &[]);
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/tools");
-    let (tools, schema) = (dir.join("tools.json"), dir.join("final-answer.json"));
     let temp = tempfile::tempdir().expect("a temp dir");
+    let tools = shipped_tools(temp.path(), Some(FOUR_TOOLS));
+    let schema = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/tools/final-answer.json");
     let prompts = temp.path().join("agents.jsonl");
     std::fs::write(
         &prompts,
