@@ -97,7 +97,7 @@ pub fn merge(runs: Vec<Run>) -> Result<BenchResult, MergeError> {
             records.push(q.to_record(shift_ms));
         }
     }
-    records.sort_by_key(|r| r.index);
+    records.sort_by_key(|r| r.place.index);
 
     let first = &shards[0].1.levels[0];
     let levels = shards.iter().map(|(_, run)| &run.levels[0]);

@@ -17,7 +17,7 @@ use crate::results::result::{self, BenchResult, LoadDescription, LoadMode, RunFa
 use crate::results::slo::Calibration;
 use crate::run::plan::{Amount, LevelPlan, Load};
 use crate::run::saved_sessions::SessionRecorder;
-use crate::run::{self as run_stage, client, model_status, server_metrics, shard, targets};
+use crate::run::{self as run_stage, model_status, record, server_metrics, shard, targets};
 use crate::workload::spec::{BodyOptions, PromptSpec, RequestSpec};
 use crate::workload::{self, tokens, tools, Workload};
 
@@ -393,11 +393,11 @@ fn per_level_workloads(workload: Workload, per_level: Option<usize>, levels: usi
 }
 
 /// Counts the output of completed requests whose server reported no token count.
-fn estimate_output_tokens(counter: &tokens::TokenCounter, records: &mut [client::RequestRecord]) {
-    for r in records.iter_mut().filter(|r| r.status == client::Status::Completed && r.tokens().is_none()) {
-        if let Some(n) = counter.count_output(&r.text) {
-            r.completion_tokens = Some(n);
-            r.tokens_estimated = true;
+fn estimate_output_tokens(counter: &tokens::TokenCounter, records: &mut [record::RequestRecord]) {
+    for r in records.iter_mut().filter(|r| r.status == record::Status::Completed && r.tokens().is_none()) {
+        if let Some(n) = counter.count_output(&r.reply.text) {
+            r.tokens.completion_tokens = Some(n);
+            r.tokens.tokens_estimated = true;
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use rillm_bench::run::client::Status;
+use rillm_bench::run::record::Status;
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 

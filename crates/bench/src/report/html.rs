@@ -7,7 +7,7 @@ use super::charts::{Chart, Guide, Kind, Series};
 use super::page::{card, escape, json_details, num, page, table, warning, Cell};
 use super::{knee, level_name, load_axis};
 use crate::results::result::BenchResult;
-use crate::run::client::Status;
+use crate::run::record::Status;
 use crate::stats::Distribution;
 
 /// Grey, orange, red for the rug of scheduled, rejected and failed requests.

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::run::client::{RequestRecord, Status};
+use crate::run::record::{RequestRecord, Status};
 use crate::stats::{mean, Distribution};
 
 /// One model's share of a run that mixed several (`--model-mix`).
@@ -49,7 +49,7 @@ pub(crate) fn per_target(
     urls.iter()
         .enumerate()
         .map(|(t, url)| {
-            let mine: Vec<&RequestRecord> = sent.iter().copied().filter(|r| r.target == t).collect();
+            let mine: Vec<&RequestRecord> = sent.iter().copied().filter(|r| r.place.target == t).collect();
             TargetSummary { url: url.clone(), ..group_summary(&mine, &per_s, &good) }
         })
         .collect()
@@ -61,7 +61,7 @@ pub(crate) fn per_model(
     per_s: impl Fn(usize) -> f64,
     good: impl Fn(&&RequestRecord) -> bool,
 ) -> Option<Vec<ModelSummary>> {
-    let mut models: Vec<&str> = sent.iter().filter_map(|r| r.model.as_deref()).collect();
+    let mut models: Vec<&str> = sent.iter().filter_map(|r| r.place.model.as_deref()).collect();
     models.sort_unstable();
     models.dedup();
     (models.len() > 1).then(|| {
@@ -69,7 +69,7 @@ pub(crate) fn per_model(
             .into_iter()
             .map(|model| {
                 let mine: Vec<&RequestRecord> =
-                    sent.iter().copied().filter(|r| r.model.as_deref() == Some(model)).collect();
+                    sent.iter().copied().filter(|r| r.place.model.as_deref() == Some(model)).collect();
                 ModelSummary { model: model.to_string(), figures: group_summary(&mine, &per_s, &good) }
             })
             .collect()
@@ -92,22 +92,22 @@ fn group_summary(
         rejected_429: count(Status::Rejected),
         throughput_rps: per_s(done.len()),
         goodput_rps: per_s(done.iter().filter(|r| good(r)).count()),
-        ttft_ms: Distribution::of(done.iter().filter_map(|r| r.ttft_ms)),
+        ttft_ms: Distribution::of(done.iter().filter_map(|r| r.timing.ttft_ms)),
         tpot_ms: Distribution::of(done.iter().filter_map(|r| r.tpot_ms())),
     }
 }
 
 pub(crate) fn per_turn(done: &[&RequestRecord]) -> Vec<TurnSummary> {
-    let last = done.iter().filter_map(|r| r.turn).max().unwrap_or(0);
+    let last = done.iter().filter_map(|r| r.place.turn).max().unwrap_or(0);
     (1..=last)
         .map(|turn| {
-            let at: Vec<&&RequestRecord> = done.iter().filter(|r| r.turn == Some(turn)).collect();
+            let at: Vec<&&RequestRecord> = done.iter().filter(|r| r.place.turn == Some(turn)).collect();
             TurnSummary {
                 turn,
                 completed: at.len(),
-                ttft_ms: Distribution::of(at.iter().filter_map(|r| r.ttft_ms)),
-                mean_prompt_tokens: mean(at.iter().filter_map(|r| r.prompt_tokens).map(f64::from)),
-                mean_cached_tokens: mean(at.iter().filter_map(|r| r.cached_tokens).map(f64::from)),
+                ttft_ms: Distribution::of(at.iter().filter_map(|r| r.timing.ttft_ms)),
+                mean_prompt_tokens: mean(at.iter().filter_map(|r| r.tokens.prompt_tokens).map(f64::from)),
+                mean_cached_tokens: mean(at.iter().filter_map(|r| r.tokens.cached_tokens).map(f64::from)),
             }
         })
         .collect()

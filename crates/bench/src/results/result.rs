@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::results::groups::{per_model, per_target, per_turn};
 pub use crate::results::groups::{ModelSummary, TargetSummary, TurnSummary};
 pub use crate::results::slo::Slos;
-use crate::run::client::{RequestRecord, Status};
+use crate::run::record::{Reply, RequestPlace, RequestRecord, Status, StreamTiming, TokenCounts};
 use crate::stats::mean;
 use crate::stats::Distribution;
 
@@ -110,41 +110,41 @@ pub struct RequestJson {
 impl RequestJson {
     fn from(r: &RequestRecord) -> Self {
         let sent = r.status != Status::Shed;
-        let streamed = r.status == Status::Completed || r.content_events > 0;
+        let streamed = r.status == Status::Completed || r.timing.content_events > 0;
         let r3 = |x: f64| (x * 1000.0).round() / 1000.0;
         Self {
-            index: r.index,
-            session_id: r.session.as_deref().map(str::to_string),
-            turn: r.turn,
+            index: r.place.index,
+            session_id: r.place.session.as_deref().map(str::to_string),
+            turn: r.place.turn,
             status: r.status,
             error: r.error.clone(),
             http_status: r.http_status,
             retry_after_s: r.retry_after_s,
-            ttft_ms: r.ttft_ms.map(r3),
-            ttft_from_schedule_ms: r.ttft_ms.map(|t| r3(t + r.dispatch_lag_ms())),
-            time_to_first_answer_ms: (r.reasoning_chars > 0).then_some(r.ttfat_ms.map(r3)).flatten(),
-            reasoning_chars: r.reasoning_chars,
-            reasoning_tokens: r.reasoning_tokens.filter(|&t| t > 0),
-            event_gaps_ms: streamed.then(|| r.event_gaps_ms.iter().copied().map(r3).collect()),
-            e2e_ms: r3(r.e2e_ms),
-            e2e_from_schedule_ms: r3(if sent { r.e2e_ms + r.dispatch_lag_ms() } else { 0.0 }),
-            text: streamed.then(|| r.text.clone()),
-            content_events: streamed.then_some(r.content_events),
+            ttft_ms: r.timing.ttft_ms.map(r3),
+            ttft_from_schedule_ms: r.timing.ttft_ms.map(|t| r3(t + r.dispatch_lag_ms())),
+            time_to_first_answer_ms: (r.tokens.reasoning_chars > 0).then_some(r.timing.ttfat_ms.map(r3)).flatten(),
+            reasoning_chars: r.tokens.reasoning_chars,
+            reasoning_tokens: r.tokens.reasoning_tokens.filter(|&t| t > 0),
+            event_gaps_ms: streamed.then(|| r.timing.event_gaps_ms.iter().copied().map(r3).collect()),
+            e2e_ms: r3(r.timing.e2e_ms),
+            e2e_from_schedule_ms: r3(if sent { r.timing.e2e_ms + r.dispatch_lag_ms() } else { 0.0 }),
+            text: streamed.then(|| r.reply.text.clone()),
+            content_events: streamed.then_some(r.timing.content_events),
             completion_tokens: r.tokens(),
-            completion_tokens_estimated: r.tokens_estimated,
+            completion_tokens_estimated: r.tokens.tokens_estimated,
             resent: r.resent,
-            prompt_tokens: r.prompt_tokens,
-            cached_tokens: r.cached_tokens,
+            prompt_tokens: r.tokens.prompt_tokens,
+            cached_tokens: r.tokens.cached_tokens,
             tpot_ms: r.tpot_ms().map(r3),
-            scheduled_ms: r3(r.scheduled_ms),
-            sent_ms: r3(r.sent_ms),
+            scheduled_ms: r3(r.timing.scheduled_ms),
+            sent_ms: r3(r.timing.sent_ms),
             dispatch_lag_ms: r3(r.dispatch_lag_ms()),
-            target: r.target,
-            model: r.model.as_deref().map(str::to_string),
+            target: r.place.target,
+            model: r.place.model.as_deref().map(str::to_string),
             finish_reason: r.finish_reason.clone(),
-            output_check: r.output_check,
-            round: r.round,
-            call_check: r.call_check,
+            output_check: r.reply.output_check,
+            round: r.place.round,
+            call_check: r.reply.call_check,
         }
     }
 }
@@ -155,36 +155,44 @@ impl RequestJson {
     /// unknown: ITL per token then comes only from events that carried one token each.
     pub fn to_record(&self, shift_ms: f64) -> RequestRecord {
         RequestRecord {
-            index: self.index,
-            session: self.session_id.as_deref().map(std::sync::Arc::from),
-            turn: self.turn,
-            prompt_tokens: self.prompt_tokens,
-            cached_tokens: self.cached_tokens,
+            place: RequestPlace {
+                index: self.index,
+                session: self.session_id.as_deref().map(std::sync::Arc::from),
+                turn: self.turn,
+                round: self.round,
+                target: self.target,
+                model: self.model.as_deref().map(std::sync::Arc::from),
+            },
             status: self.status,
             http_status: self.http_status,
             error: self.error.clone(),
             retry_after_s: self.retry_after_s,
-            scheduled_ms: self.scheduled_ms + shift_ms,
-            sent_ms: self.sent_ms + shift_ms,
-            ttft_ms: self.ttft_ms,
-            ttfat_ms: self.time_to_first_answer_ms.or(self.ttft_ms),
-            reasoning_chars: self.reasoning_chars,
-            reasoning_tokens: self.reasoning_tokens,
-            event_gaps_ms: self.event_gaps_ms.clone().unwrap_or_default(),
-            event_tokens: Vec::new(),
-            e2e_ms: self.e2e_ms,
-            text: self.text.clone().unwrap_or_default(),
-            content_events: self.content_events.unwrap_or(0),
-            completion_tokens: self.completion_tokens,
-            tokens_estimated: self.completion_tokens_estimated,
             resent: self.resent,
-            target: self.target,
-            model: self.model.as_deref().map(std::sync::Arc::from),
             finish_reason: self.finish_reason.clone(),
-            output_check: self.output_check,
-            tool_calls: Vec::new(),
-            call_check: self.call_check,
-            round: self.round,
+            timing: StreamTiming {
+                scheduled_ms: self.scheduled_ms + shift_ms,
+                sent_ms: self.sent_ms + shift_ms,
+                ttft_ms: self.ttft_ms,
+                ttfat_ms: self.time_to_first_answer_ms.or(self.ttft_ms),
+                event_gaps_ms: self.event_gaps_ms.clone().unwrap_or_default(),
+                event_tokens: Vec::new(),
+                content_events: self.content_events.unwrap_or(0),
+                e2e_ms: self.e2e_ms,
+            },
+            tokens: TokenCounts {
+                prompt_tokens: self.prompt_tokens,
+                cached_tokens: self.cached_tokens,
+                completion_tokens: self.completion_tokens,
+                tokens_estimated: self.completion_tokens_estimated,
+                reasoning_tokens: self.reasoning_tokens,
+                reasoning_chars: self.reasoning_chars,
+            },
+            reply: Reply {
+                text: self.text.clone().unwrap_or_default(),
+                output_check: self.output_check,
+                tool_calls: Vec::new(),
+                call_check: self.call_check,
+            },
         }
     }
 }
@@ -378,13 +386,13 @@ fn all_answers(records: &[RequestRecord], answers: AnswersPerPrompt) -> Option<D
     }
     let mut groups: std::collections::BTreeMap<usize, Vec<&RequestRecord>> = Default::default();
     for r in records {
-        groups.entry(r.index / answers.requests.max(1)).or_default().push(r);
+        groups.entry(r.place.index / answers.requests.max(1)).or_default().push(r);
     }
     Distribution::of(
         groups.values().filter(|g| g.len() == answers.requests && g.iter().all(|r| r.status == Status::Completed)).map(
             |g| {
-                let first = g.iter().map(|r| r.sent_ms).fold(f64::MAX, f64::min);
-                let last = g.iter().map(|r| r.sent_ms + r.e2e_ms).fold(f64::MIN, f64::max);
+                let first = g.iter().map(|r| r.timing.sent_ms).fold(f64::MAX, f64::min);
+                let last = g.iter().map(|r| r.timing.sent_ms + r.timing.e2e_ms).fold(f64::MIN, f64::max);
                 last - first
             },
         ),
@@ -405,13 +413,13 @@ pub fn build(facts: RunFacts) -> BenchResult {
     let done: Vec<&RequestRecord> = records.iter().filter(|r| r.status == Status::Completed).collect();
 
     // Duration: first scheduled arrival to the end of the last response.
-    let first = records.iter().map(|r| r.scheduled_ms).fold(f64::INFINITY, f64::min);
-    let last_end = sent_records.iter().map(|r| r.sent_ms + r.e2e_ms).fold(0.0, f64::max);
+    let first = records.iter().map(|r| r.timing.scheduled_ms).fold(f64::INFINITY, f64::min);
+    let last_end = sent_records.iter().map(|r| r.timing.sent_ms + r.timing.e2e_ms).fold(0.0, f64::max);
     let duration_s =
         if records.is_empty() { 0.0 } else { ((last_end.max(first) - first) / 1000.0).max(facts.wall_s.min(1e-3)) };
     let per_s = |n: usize| if duration_s > 0.0 { n as f64 / duration_s } else { 0.0 };
     let dispatch_span_s = {
-        let sends: Vec<f64> = sent_records.iter().map(|r| r.sent_ms).collect();
+        let sends: Vec<f64> = sent_records.iter().map(|r| r.timing.sent_ms).collect();
         let span = sends.iter().copied().fold(0.0, f64::max) - sends.iter().copied().fold(f64::INFINITY, f64::min);
         span / 1000.0
     };
@@ -425,7 +433,7 @@ pub fn build(facts: RunFacts) -> BenchResult {
     };
     let known_tokens: Vec<u32> = done.iter().filter_map(|r| r.tokens()).collect();
     let tokens: Option<u64> = (!known_tokens.is_empty()).then(|| known_tokens.iter().map(|&t| u64::from(t)).sum());
-    let known_prompts: Vec<u32> = done.iter().filter_map(|r| r.prompt_tokens).collect();
+    let known_prompts: Vec<u32> = done.iter().filter_map(|r| r.tokens.prompt_tokens).collect();
     let prompt_tokens: Option<u64> =
         (!known_prompts.is_empty()).then(|| known_prompts.iter().map(|&t| u64::from(t)).sum());
     let lag = Distribution::of(sent_records.iter().map(|r| r.dispatch_lag_ms()));
@@ -435,21 +443,23 @@ pub fn build(facts: RunFacts) -> BenchResult {
     let itl: Vec<f64> = done.iter().filter_map(|r| r.token_gaps_ms()).flatten().collect();
     let meeting_all = done.iter().filter(|r| facts.slos.all_met(r, open_loop)).count();
     let meeting_all_from_send = done.iter().filter(|r| facts.slos.all_met(r, false)).count();
-    let reasoning = done.iter().any(|r| r.reasoning_chars > 0);
+    let reasoning = done.iter().any(|r| r.tokens.reasoning_chars > 0);
 
     let latency = Latencies {
-        ttft_ms: Distribution::of(done.iter().filter_map(|r| r.ttft_ms)),
-        ttft_from_schedule_ms: Distribution::of(done.iter().filter_map(|r| r.ttft_ms.map(|t| t + r.dispatch_lag_ms()))),
+        ttft_ms: Distribution::of(done.iter().filter_map(|r| r.timing.ttft_ms)),
+        ttft_from_schedule_ms: Distribution::of(
+            done.iter().filter_map(|r| r.timing.ttft_ms.map(|t| t + r.dispatch_lag_ms())),
+        ),
         time_to_first_answer_ms: if reasoning {
-            Distribution::of(done.iter().filter_map(|r| r.ttfat_ms))
+            Distribution::of(done.iter().filter_map(|r| r.timing.ttfat_ms))
         } else {
             None
         },
         tpot_ms: Distribution::of(done.iter().filter_map(|r| r.tpot_ms())),
         itl_ms: Distribution::of(itl.iter().copied()),
-        event_gap_ms: Distribution::of(done.iter().flat_map(|r| r.event_gaps_ms.iter().copied())),
-        e2e_ms: Distribution::of(done.iter().map(|r| r.e2e_ms)),
-        e2e_from_schedule_ms: Distribution::of(done.iter().map(|r| r.e2e_ms + r.dispatch_lag_ms())),
+        event_gap_ms: Distribution::of(done.iter().flat_map(|r| r.timing.event_gaps_ms.iter().copied())),
+        e2e_ms: Distribution::of(done.iter().map(|r| r.timing.e2e_ms)),
+        e2e_from_schedule_ms: Distribution::of(done.iter().map(|r| r.timing.e2e_ms + r.dispatch_lag_ms())),
         dispatch_lag_ms: lag,
         all_answers_ms: all_answers(records, facts.answers),
     };
@@ -517,10 +527,10 @@ pub fn build(facts: RunFacts) -> BenchResult {
         latency,
         tokens: token_summary,
         structured_outputs: crate::results::checks::ConstraintSummary::of(
-            done.iter().filter_map(|r| Some((r.output_check?, r.finish_reason.as_deref() == Some("length")))),
+            done.iter().filter_map(|r| Some((r.reply.output_check?, r.finish_reason.as_deref() == Some("length")))),
         ),
         tool_calls: crate::results::checks::ToolCallSummary::of(
-            done.iter().filter_map(|r| Some((r.call_check?, r.round.unwrap_or(1), r.ttft_ms))),
+            done.iter().filter_map(|r| Some((r.reply.call_check?, r.place.round.unwrap_or(1), r.timing.ttft_ms))),
         ),
         speculation: None,
         model_loads: None,
@@ -534,21 +544,22 @@ pub fn build(facts: RunFacts) -> BenchResult {
 }
 
 fn token_summary(sent: &[&RequestRecord], done: &[&RequestRecord]) -> TokenSummary {
-    let reporting: Vec<(u32, u32)> = done.iter().filter_map(|r| Some((r.cached_tokens?, r.prompt_tokens?))).collect();
+    let reporting: Vec<(u32, u32)> =
+        done.iter().filter_map(|r| Some((r.tokens.cached_tokens?, r.tokens.prompt_tokens?))).collect();
     let prompt_sum: u64 = reporting.iter().map(|&(_, p)| u64::from(p)).sum();
     let cached_sum: u64 = reporting.iter().map(|&(c, _)| u64::from(c)).sum();
     TokenSummary {
-        mean_input_tokens: mean(sent.iter().filter_map(|r| r.prompt_tokens).map(f64::from)),
+        mean_input_tokens: mean(sent.iter().filter_map(|r| r.tokens.prompt_tokens).map(f64::from)),
         mean_output_tokens: mean(done.iter().filter_map(|r| r.tokens()).map(f64::from)),
         mean_reasoning_tokens: done
             .iter()
-            .any(|r| r.reasoning_tokens > Some(0))
-            .then(|| mean(done.iter().filter_map(|r| r.reasoning_tokens).map(f64::from)))
+            .any(|r| r.tokens.reasoning_tokens > Some(0))
+            .then(|| mean(done.iter().filter_map(|r| r.tokens.reasoning_tokens).map(f64::from)))
             .flatten(),
         prefix_cache_hit_pct: (prompt_sum > 0).then(|| 100.0 * cached_sum as f64 / prompt_sum as f64),
         requests_reporting_cached_tokens: reporting.len(),
         requests_without_token_count: done.iter().filter(|r| r.tokens().is_none()).count(),
-        requests_with_estimated_tokens: done.iter().filter(|r| r.tokens_estimated).count(),
+        requests_with_estimated_tokens: done.iter().filter(|r| r.tokens.tokens_estimated).count(),
     }
 }
 

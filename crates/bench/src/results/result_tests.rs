@@ -2,20 +2,17 @@
 
 use super::*;
 use crate::protocol::Protocol;
-use crate::run::client::Status;
+use crate::run::record::Status;
 
 /// A request scheduled at `scheduled_ms`, sent `lag_ms` later, that streamed its first token
 /// after `ttft_ms` and ended after `e2e_ms` with `tokens` tokens.
 pub(crate) fn completed(scheduled_ms: f64, lag_ms: f64, ttft_ms: f64, e2e_ms: f64, tokens: u32) -> RequestRecord {
-    RequestRecord {
-        status: Status::Completed,
-        error: None,
-        sent_ms: scheduled_ms + lag_ms,
-        ttft_ms: Some(ttft_ms),
-        e2e_ms,
-        completion_tokens: Some(tokens),
-        ..RequestRecord::shed(scheduled_ms)
-    }
+    let mut record = RequestRecord { status: Status::Completed, error: None, ..RequestRecord::shed(scheduled_ms) };
+    record.timing.sent_ms = scheduled_ms + lag_ms;
+    record.timing.ttft_ms = Some(ttft_ms);
+    record.timing.e2e_ms = e2e_ms;
+    record.tokens.completion_tokens = Some(tokens);
+    record
 }
 
 /// A level of an open-loop run at `rate` req/s, judged by a TTFT SLO of `ttft_slo_ms`.
@@ -45,7 +42,8 @@ pub(crate) fn level(rate: f64, ttft_slo_ms: f64, records: Vec<RequestRecord>) ->
 
 #[test]
 fn goodput_attainment_throughput_and_percentiles_match_a_hand_count() {
-    let failed = RequestRecord { status: Status::Failed, e2e_ms: 10.0, ..RequestRecord::shed(1500.0) };
+    let mut failed = RequestRecord { status: Status::Failed, ..RequestRecord::shed(1500.0) };
+    failed.timing.e2e_ms = 10.0;
     let records = vec![
         completed(0.0, 0.0, 100.0, 1000.0, 10),
         completed(500.0, 0.0, 300.0, 1500.0, 20),   // misses the 250 ms SLO
@@ -80,7 +78,7 @@ fn all_answers_to_a_prompt_are_timed_from_its_first_send_to_its_last_end() {
         completed(600.0, 0.0, 20.0, 80.0, 10),
     ];
     for (i, r) in records.iter_mut().enumerate() {
-        r.index = i;
+        r.place.index = i;
     }
     let two_each = AnswersPerPrompt { requests: 2, choices: 1 };
     let d = all_answers(&records, two_each).expect("timed");
@@ -96,7 +94,7 @@ fn valid_structured_outputs_are_counted_a_second() {
     use crate::checks::OutputCheck;
     let valid = OutputCheck { parses: true, valid: true };
     let checked = |check, finish: &str, mut r: RequestRecord| {
-        r.output_check = Some(check);
+        r.reply.output_check = Some(check);
         r.finish_reason = Some(finish.into());
         r
     };
@@ -114,12 +112,13 @@ fn valid_structured_outputs_are_counted_a_second() {
 
 #[test]
 fn a_model_mix_is_broken_down_per_model() {
-    let named = |model: &str, ttft_ms: f64| RequestRecord {
-        model: Some(std::sync::Arc::from(model)),
-        ..completed(0.0, 0.0, ttft_ms, ttft_ms + 100.0, 10)
+    let named = |model: &str, ttft_ms: f64| {
+        let mut record = completed(0.0, 0.0, ttft_ms, ttft_ms + 100.0, 10);
+        record.place.model = Some(std::sync::Arc::from(model));
+        record
     };
-    let failed = RequestRecord { model: Some(std::sync::Arc::from("b")), ..RequestRecord::shed(0.0) };
-    let failed = RequestRecord { status: Status::Failed, ..failed };
+    let mut failed = RequestRecord { status: Status::Failed, ..RequestRecord::shed(0.0) };
+    failed.place.model = Some(std::sync::Arc::from("b"));
     let r = level(2.0, 250.0, vec![named("a", 100.0), named("a", 300.0), named("b", 50.0), failed]);
     let models = r.per_model.as_ref().expect("two models");
     let a = models.iter().find(|m| m.model == "a").expect("a");

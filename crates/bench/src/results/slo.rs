@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::run::client::{RequestRecord, Status};
+use crate::run::record::{RequestRecord, Status};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Slos {
@@ -46,7 +46,7 @@ impl Calibration {
         let points: Vec<(f64, f64)> = records
             .iter()
             .filter(|r| r.status == Status::Completed)
-            .filter_map(|r| Some((f64::from(r.prompt_tokens?), r.ttft_ms?)))
+            .filter_map(|r| Some((f64::from(r.tokens.prompt_tokens?), r.timing.ttft_ms?)))
             .collect();
         let mut tpots: Vec<f64> =
             records.iter().filter(|r| r.status == Status::Completed).filter_map(|r| r.tpot_ms()).collect();
@@ -109,7 +109,8 @@ impl Slos {
     /// spent waiting in the client cannot flatter the server.
     pub(crate) fn ttft_met(&self, r: &RequestRecord, from_schedule: bool) -> bool {
         let lag = if from_schedule { r.dispatch_lag_ms() } else { 0.0 };
-        r.status == Status::Completed && r.ttft_ms.is_some_and(|t| t + lag <= self.ttft_limit_ms(r.prompt_tokens))
+        r.status == Status::Completed
+            && r.timing.ttft_ms.is_some_and(|t| t + lag <= self.ttft_limit_ms(r.tokens.prompt_tokens))
     }
 
     /// Every SLO given is met. A TPOT SLO with no token count is not met.
@@ -117,7 +118,7 @@ impl Slos {
         let lag = if from_schedule { r.dispatch_lag_ms() } else { 0.0 };
         self.ttft_met(r, from_schedule)
             && self.tpot_ms.is_none_or(|slo| r.tpot_ms().is_some_and(|t| t <= slo))
-            && self.e2e_ms.is_none_or(|slo| r.e2e_ms + lag <= slo)
+            && self.e2e_ms.is_none_or(|slo| r.timing.e2e_ms + lag <= slo)
     }
 }
 
@@ -128,7 +129,9 @@ mod tests {
 
     fn with_prompt(prompt_tokens: u32, ttft_ms: f64) -> RequestRecord {
         // 11 tokens, 200 ms after the first: a TPOT of 20 ms.
-        RequestRecord { prompt_tokens: Some(prompt_tokens), ..completed(0.0, 0.0, ttft_ms, ttft_ms + 200.0, 11) }
+        let mut record = completed(0.0, 0.0, ttft_ms, ttft_ms + 200.0, 11);
+        record.tokens.prompt_tokens = Some(prompt_tokens);
+        record
     }
 
     #[test]

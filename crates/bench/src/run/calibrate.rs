@@ -6,7 +6,7 @@
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
-use crate::run::client::RequestRecord;
+use crate::run::record::RequestRecord;
 use crate::workload::spec::{PromptSpec, RequestSpec};
 
 /// Words per prompt: a short first one that only warms the server up (its first request
@@ -16,7 +16,7 @@ const WORDS: [usize; 7] = [8, 30, 120, 360, 30, 120, 360];
 
 /// The first request's record is not a measurement.
 pub fn measured(records: &[RequestRecord]) -> Vec<RequestRecord> {
-    records.iter().filter(|r| r.index > 0).cloned().collect()
+    records.iter().filter(|r| r.place.index > 0).cloned().collect()
 }
 /// Tokens each answer asks for.
 pub const ANSWER_TOKENS: u32 = 32;

@@ -10,6 +10,7 @@ pub mod calibrate;
 pub mod client;
 pub mod model_status;
 pub mod plan;
+pub mod record;
 pub mod saved_sessions;
 pub mod schedule;
 pub mod server_metrics;
@@ -24,8 +25,9 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::task::JoinSet;
 
-use crate::run::client::{ms, RequestRecord};
+use crate::run::client::ms;
 use crate::run::plan::{Amount, LevelPlan, Load};
+use crate::run::record::RequestRecord;
 use crate::run::schedule::arrival_times;
 use crate::workload::Workload;
 
@@ -102,7 +104,7 @@ async fn open_loop(
         let scheduled_ms = t * 1000.0;
         if plan.max_inflight.is_some_and(|m| in_flight.load(Ordering::SeqCst) >= m) {
             let mut record = RequestRecord::shed(scheduled_ms);
-            record.index = i;
+            record.place.index = i;
             shed.push((i, record));
             bar.inc(1);
             continue;

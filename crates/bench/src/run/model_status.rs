@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::run::client::RequestRecord;
+use crate::run::record::RequestRecord;
 use crate::stats::Distribution;
 
 /// The models the server listed at one moment: name → loaded.
@@ -101,9 +101,9 @@ pub fn load_waits(polls: &[StatusPoll], records: &[RequestRecord], every: Durati
     if polls.is_empty() {
         return None;
     }
-    let named: Vec<&RequestRecord> = records.iter().filter(|r| r.model.is_some()).collect();
+    let named: Vec<&RequestRecord> = records.iter().filter(|r| r.place.model.is_some()).collect();
     let waited: Vec<(f64, Option<f64>)> =
-        named.iter().filter_map(|r| waited(polls, r).map(|wait| (wait, r.ttft_ms))).collect();
+        named.iter().filter_map(|r| waited(polls, r).map(|wait| (wait, r.timing.ttft_ms))).collect();
     Some(LoadWaits {
         requests: waited.len(),
         of: named.len(),
@@ -115,11 +115,12 @@ pub fn load_waits(polls: &[StatusPoll], records: &[RequestRecord], every: Durati
 
 /// How long `record` waited on its model's load, if it did.
 fn waited(polls: &[StatusPoll], record: &RequestRecord) -> Option<f64> {
-    let model = record.model.as_deref()?;
-    let until = record.sent_ms + record.ttft_ms.unwrap_or(record.e2e_ms);
+    let model = record.place.model.as_deref()?;
+    let until = record.timing.sent_ms + record.timing.ttft_ms.unwrap_or(record.timing.e2e_ms);
     let loaded_at = |p: &StatusPoll| p.loaded.get(model).copied();
-    let at_send = polls.iter().rev().find(|p| p.at_ms <= record.sent_ms).and_then(loaded_at);
-    let during: Vec<&StatusPoll> = polls.iter().filter(|p| p.at_ms > record.sent_ms && p.at_ms < until).collect();
+    let at_send = polls.iter().rev().find(|p| p.at_ms <= record.timing.sent_ms).and_then(loaded_at);
+    let during: Vec<&StatusPoll> =
+        polls.iter().filter(|p| p.at_ms > record.timing.sent_ms && p.at_ms < until).collect();
     let last_unloaded = during.iter().rposition(|p| loaded_at(p) == Some(false));
     if at_send != Some(false) && last_unloaded.is_none() {
         return None;
@@ -128,7 +129,7 @@ fn waited(polls: &[StatusPoll], record: &RequestRecord) -> Option<f64> {
     // one that did not (loaded polls before an unload under it are not that load's end).
     let after = last_unloaded.map_or(0, |i| i + 1);
     let loaded = during[after..].iter().find(|p| loaded_at(p) == Some(true)).map(|p| p.at_ms);
-    Some(loaded.unwrap_or(until) - record.sent_ms)
+    Some(loaded.unwrap_or(until) - record.timing.sent_ms)
 }
 
 #[cfg(test)]
@@ -141,8 +142,9 @@ mod tests {
     }
 
     fn sent(model: &str, sent_ms: f64, ttft_ms: f64) -> RequestRecord {
-        let record = crate::results::result::tests::completed(sent_ms, 0.0, ttft_ms, ttft_ms + 50.0, 4);
-        RequestRecord { model: Some(model.into()), ..record }
+        let mut record = crate::results::result::tests::completed(sent_ms, 0.0, ttft_ms, ttft_ms + 50.0, 4);
+        record.place.model = Some(model.into());
+        record
     }
 
     #[test]

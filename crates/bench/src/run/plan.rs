@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::protocol::Protocol;
-use crate::run::client::{send, RequestRecord, Target};
+use crate::run::client::{send, Target};
+use crate::run::record::{RequestRecord, Status};
 use crate::run::schedule::Arrival;
 use crate::workload::body::request_body;
 use crate::workload::spec::{BodyOptions, RequestSpec};
@@ -90,19 +91,19 @@ impl LevelPlan {
         let body = request_body(self.protocol, spec, &self.body);
         let _in_flight = self.targets.begin(to);
         let mut record = send(&target(client, self, to), &body, start, scheduled_ms).await;
-        record.model = body["model"].as_str().map(Arc::from);
-        record.index = index;
-        record.target = to;
-        record.prompt_tokens = record.prompt_tokens.or(spec.prompt_tokens);
+        record.place.model = body["model"].as_str().map(Arc::from);
+        record.place.index = index;
+        record.place.target = to;
+        record.tokens.prompt_tokens = record.tokens.prompt_tokens.or(spec.prompt_tokens);
         // A reply that called tools is no answer: only one without calls is checked (with
         // `--final-schema` beside tools, the typed final answer).
-        let answered = record.status == crate::run::client::Status::Completed && record.tool_calls.is_empty();
+        let answered = record.status == Status::Completed && record.reply.tool_calls.is_empty();
         if let Some(constraint) = spec.constraint.as_ref().filter(|_| answered) {
-            record.output_check = Some(constraint.check(&record.text));
+            record.reply.output_check = Some(constraint.check(&record.reply.text));
         }
-        if let Some(tools) = spec.tools(&self.body).filter(|_| record.status == crate::run::client::Status::Completed) {
+        if let Some(tools) = spec.tools(&self.body).filter(|_| record.status == Status::Completed) {
             let cut = record.finish_reason.as_deref() == Some("length");
-            record.call_check = Some(tools.check(&mut record.tool_calls, cut));
+            record.reply.call_check = Some(tools.check(&mut record.reply.tool_calls, cut));
         }
         record
     }

@@ -13,8 +13,9 @@ use indicatif::ProgressBar;
 use serde_json::json;
 use tokio::task::JoinSet;
 
-use crate::run::client::{ms, RequestRecord, Status};
+use crate::run::client::ms;
 use crate::run::plan::{Amount, LevelPlan, Load};
+use crate::run::record::{RequestRecord, Status};
 use crate::run::schedule::arrival_times;
 use crate::workload::conversation::{RecordedTurn, Session, Turn};
 use crate::workload::spec::{PromptSpec, RequestSpec};
@@ -116,7 +117,7 @@ fn outcome(mut played: Vec<Played>, first_turn: &[usize]) -> SessionsOutcome {
     let mut records = Vec::new();
     for p in played {
         for (t, mut r) in p.records.into_iter().enumerate() {
-            r.index = first_turn[p.session] + t;
+            r.place.index = first_turn[p.session] + t;
             records.push(r);
         }
     }
@@ -166,20 +167,20 @@ async fn play(
             // A turn is "scheduled" when its conversation is ready to send it.
             let scheduled_ms = ms(start.elapsed());
             let mut record = plan.send(client, &spec, 0, to, start, scheduled_ms).await;
-            record.session = Some(Arc::clone(&session.id));
-            record.turn = Some(t as u32 + 1);
+            record.place.session = Some(Arc::clone(&session.id));
+            record.place.turn = Some(t as u32 + 1);
             if round == 1 {
                 bar.inc(1);
             }
             let completed = record.status == Status::Completed;
-            let calls = std::mem::take(&mut record.tool_calls);
+            let calls = std::mem::take(&mut record.reply.tool_calls);
             let tools = plan.body.tools.as_ref();
             match tools.filter(|_| completed && !calls.is_empty()) {
-                Some(tools) => history.extend(tools.round_messages(&record.text, &calls, round)),
-                None => history.push(json!({"role": "assistant", "content": record.text})),
+                Some(tools) => history.extend(tools.round_messages(&record.reply.text, &calls, round)),
+                None => history.push(json!({"role": "assistant", "content": record.reply.text})),
             }
             if tools.is_some() {
-                record.round = Some(round);
+                record.place.round = Some(round);
             }
             records.push(record);
             if !completed {
@@ -214,9 +215,9 @@ async fn send_recorded(
         recorder.save(&session.id, &spec, spec.tools(&plan.body).map(|t| &**t));
     }
     let mut record = plan.send(client, &spec, 0, to, start, ms(start.elapsed())).await;
-    record.session = Some(Arc::clone(&session.id));
-    record.turn = Some(recorded.turn);
-    record.round = recorded.tools.is_some().then_some(recorded.round);
-    record.tool_calls.clear();
+    record.place.session = Some(Arc::clone(&session.id));
+    record.place.turn = Some(recorded.turn);
+    record.place.round = recorded.tools.is_some().then_some(recorded.round);
+    record.reply.tool_calls.clear();
     record
 }

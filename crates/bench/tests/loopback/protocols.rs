@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use rillm_bench::mock::{Fault, Framing, MockConfig};
 use rillm_bench::results::result::BenchResult;
-use rillm_bench::run::client::Status;
+use rillm_bench::run::record::Status;
 
 use crate::support::{bench, Mock};
 

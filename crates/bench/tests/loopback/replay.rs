@@ -2,7 +2,7 @@
 //! times, sessions with live replies in the history, synthetic lengths and shared prefixes.
 //! The mock counts one token per word, so prompt lengths can be checked exactly.
 
-use rillm_bench::run::client::Status;
+use rillm_bench::run::record::Status;
 
 use crate::support::{bench, Mock};
 
