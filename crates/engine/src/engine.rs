@@ -13,7 +13,7 @@ use crate::cost::wait_forecast::Forecast;
 use crate::error::EngineError;
 use crate::queue::{PushError, WaitQueue};
 use crate::request::constraint::GrammarCompiler;
-use crate::request::pending::PendingRequest;
+use crate::request::pending::{PendingRequest, Queueing, StopRules};
 use crate::request::thinking::ThinkingPlan;
 use crate::runtime::llama::{grammar_tok_env, load_model, load_weights, LlamaExecutor, LlamaModelHandle};
 use crate::runtime::llama_draft::DraftContext;
@@ -197,7 +197,7 @@ impl Engine {
         let mut forecast_ms = None;
         if let Some(QueueLimit { limit_ms, forecast }) = &inner.queue_limit {
             let limit_ms = *limit_ms;
-            let ahead = inner.queue.map_waiting(|p| p.expected_prefill);
+            let ahead = inner.queue.map_waiting(|p| p.queueing.expected_prefill);
             let outlook = forecast.read();
             expected_prefill -= outlook.cached_estimate(&prompt);
             let predicted = outlook.first_token_ms(&ahead, expected_prefill, Instant::now());
@@ -221,21 +221,20 @@ impl Engine {
             index: 0,
             n: request.n,
             prompt,
-            expected_prefill,
             max_tokens: max_tokens as u32,
             sampling: request.sampling,
-            stop: request.stop,
-            include_stop_str: request.include_stop_str,
-            stop_token_ids: request.stop_token_ids,
-            min_tokens: request.min_tokens,
-            ignore_eos: request.ignore_eos,
+            stops: StopRules {
+                stop: request.stop,
+                include_stop_str: request.include_stop_str,
+                stop_token_ids: request.stop_token_ids,
+                min_tokens: request.min_tokens,
+                ignore_eos: request.ignore_eos,
+            },
             constraint,
             thinking,
             logprobs: request.logprobs,
             prompt_logprobs: request.prompt_logprobs,
-            submitted: Instant::now(),
-            forecast_ms,
-            started,
+            queueing: Queueing { forecast_ms, started, ..Queueing::now(expected_prefill) },
             events,
             controls: Arc::clone(&controls),
         };

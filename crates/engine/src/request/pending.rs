@@ -24,19 +24,9 @@ pub(crate) struct PendingRequest {
     /// Choices the request asks for: it runs as this many sequences, sharing the prompt.
     pub n: u32,
     pub prompt: Vec<TokenId>,
-    /// Prompt tokens it is expected to compute, the rest predicted cached (for the wait
-    /// forecast of requests queued behind it).
-    pub expected_prefill: usize,
     pub max_tokens: u32,
     pub sampling: SamplingParams,
-    pub stop: Vec<String>,
-    /// The matched stop string is streamed as the text's end.
-    pub include_stop_str: bool,
-    /// Tokens that end the output as end of generation does (`stop_token_ids`).
-    pub stop_token_ids: Vec<TokenId>,
-    /// Output tokens before anything may end it (`min_tokens`).
-    pub min_tokens: u32,
-    pub ignore_eos: bool,
+    pub stops: StopRules,
     /// Structured output: the compiled constraint, at its start.
     pub constraint: Option<SequenceConstraint>,
     /// A reasoning model's output read as thought and answer (the constraint applies to
@@ -46,16 +36,47 @@ pub(crate) struct PendingRequest {
     pub logprobs: Option<u32>,
     /// Alternatives per prompt token when the prompt is to be scored (`None`: not asked).
     pub prompt_logprobs: Option<u32>,
+    pub queueing: Queueing,
+    pub events: UnboundedSender<StreamEvent>,
+    /// What the caller asked of each choice: end it early, or restart it.
+    pub controls: Arc<ChoiceControls>,
+}
+
+/// What ends its output besides `max_tokens` and the context: stop strings and tokens, and
+/// how soon anything may.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct StopRules {
+    pub stop: Vec<String>,
+    /// The matched stop string is streamed as the text's end.
+    pub include_stop_str: bool,
+    /// Tokens that end the output as end of generation does (`stop_token_ids`).
+    pub stop_token_ids: Vec<TokenId>,
+    /// Output tokens before anything may end it (`min_tokens`).
+    pub min_tokens: u32,
+    pub ignore_eos: bool,
+}
+
+/// Its time in the queue: when it came, what it will cost, what its wait was forecast to
+/// be, and who waits to hear whether it starts.
+#[derive(Debug)]
+pub(crate) struct Queueing {
     pub submitted: Instant,
+    /// Prompt tokens it is expected to compute, the rest predicted cached (for the wait
+    /// forecast of requests queued behind it).
+    pub expected_prefill: usize,
     /// The wait for its first token predicted at admission (`--max-queue-ms`), logged
     /// beside the wait it had (debug level) to see how far the forecast is off.
     pub forecast_ms: Option<f64>,
     /// `--max-queue-ms`: told whether the request starts or is refused at the head of the
     /// queue (its route holds the response until then).
     pub started: Option<oneshot::Sender<Result<(), Rejected>>>,
-    pub events: UnboundedSender<StreamEvent>,
-    /// What the caller asked of each choice: end it early, or restart it.
-    pub controls: Arc<ChoiceControls>,
+}
+
+impl Queueing {
+    /// Submitted now, expected to compute `expected_prefill` prompt tokens.
+    pub fn now(expected_prefill: usize) -> Self {
+        Self { submitted: Instant::now(), expected_prefill, forecast_ms: None, started: None }
+    }
 }
 
 impl PendingRequest {
@@ -83,18 +104,17 @@ impl PendingRequest {
     pub fn choice(&self, index: u32) -> Self {
         let mut sampling = self.sampling.clone();
         sampling.seed = sampling.seed.map(|seed| seed.wrapping_add(u64::from(index)));
+        let queueing = Queueing { submitted: self.queueing.submitted, ..Queueing::now(self.queueing.expected_prefill) };
         Self {
             index,
             prompt: self.prompt.clone(),
             sampling,
-            stop: self.stop.clone(),
-            stop_token_ids: self.stop_token_ids.clone(),
+            stops: self.stops.clone(),
             constraint: self.constraint.clone(),
             thinking: self.thinking.clone(),
+            queueing,
             events: self.events.clone(),
             controls: Arc::clone(&self.controls),
-            forecast_ms: None,
-            started: None,
             ..*self
         }
     }
@@ -111,22 +131,15 @@ impl PendingRequest {
             id,
             index: 0,
             n: 1,
-            expected_prefill: prompt.len(),
+            queueing: Queueing::now(prompt.len()),
             prompt,
             max_tokens,
             sampling: SamplingParams::greedy(),
-            stop: Vec::new(),
-            include_stop_str: false,
-            stop_token_ids: Vec::new(),
-            min_tokens: 0,
-            ignore_eos: false,
+            stops: StopRules::default(),
             constraint: None,
             thinking: None,
             logprobs: None,
             prompt_logprobs: None,
-            submitted: Instant::now(),
-            forecast_ms: None,
-            started: None,
             events,
             controls: ChoiceControls::new(1),
         };
@@ -136,7 +149,7 @@ impl PendingRequest {
     /// Sends the final event for a request that never got a slot.
     pub fn finish_unstarted(self, reason: FinishReason, error: Option<String>) {
         let usage = Usage { prompt_tokens: self.prompt.len() as u32, ..Usage::default() };
-        let queue_ms = self.submitted.elapsed().as_secs_f64() * 1000.0;
+        let queue_ms = self.queueing.submitted.elapsed().as_secs_f64() * 1000.0;
         let _ = self.events.send(StreamEvent::Finished(Completion {
             index: self.index,
             finish_reason: reason,

@@ -495,8 +495,8 @@ impl Sequence {
     /// milliseconds (`None` before, after, and for requests admitted without a forecast).
     pub fn take_forecast_outcome(&mut self) -> Option<(f64, f64)> {
         let first = self.timing.first_token_at?;
-        let predicted = self.request.forecast_ms.take()?;
-        Some((predicted, first.saturating_duration_since(self.request.submitted).as_secs_f64() * 1000.0))
+        let predicted = self.request.queueing.forecast_ms.take()?;
+        Some((predicted, first.saturating_duration_since(self.request.queueing.submitted).as_secs_f64() * 1000.0))
     }
 
     /// Sends whatever text is held back (a constraint's output is complete, or could not go
@@ -514,16 +514,16 @@ impl Sequence {
         }
         self.timing.first_token_at.get_or_insert_with(Instant::now);
 
-        let ignore_eos = self.request.ignore_eos && self.request.constraint.is_none();
+        let ignore_eos = self.request.stops.ignore_eos && self.request.constraint.is_none();
         if !ignore_eos && tokenizer.is_end_of_generation(token) {
             return Some(FinishReason::Eos);
         }
-        if self.request.stop_token_ids.contains(&token) {
+        if self.request.stops.stop_token_ids.contains(&token) {
             return Some(FinishReason::Stop);
         }
         tokenizer.append_token_bytes(token, self.output.token_bytes());
         // vLLM looks for stop strings once the output is longer than `min_tokens`.
-        let unchecked = self.generated() <= self.request.min_tokens;
+        let unchecked = self.generated() <= self.request.stops.min_tokens;
         let events = Events { sender: &self.request.events, index: self.request.index };
         if let Streamed::Stopped = self.output.stream(token, unchecked, &events) {
             return Some(FinishReason::Stop);
@@ -560,9 +560,9 @@ impl Sequence {
                 reasoning_tokens: self.output.thinking_tokens(),
             },
             timings: ServerTimings {
-                queue_ms: ms(timing.admitted - self.request.submitted),
+                queue_ms: ms(timing.admitted - self.request.queueing.submitted),
                 prefill_ms: ms(first.saturating_duration_since(timing.admitted)),
-                ttft_ms: ms(first.saturating_duration_since(self.request.submitted)),
+                ttft_ms: ms(first.saturating_duration_since(self.request.queueing.submitted)),
                 decode_ms: ms(now.saturating_duration_since(first)),
             },
             error,
@@ -579,16 +579,16 @@ fn new_output(request: &PendingRequest) -> Output {
 
 /// The text stream a request's output goes through: its stop strings, streamed or not.
 fn text_stream(request: &PendingRequest) -> TextStream {
-    if request.include_stop_str {
-        TextStream::new(&request.stop).including_stops()
+    if request.stops.include_stop_str {
+        TextStream::new(&request.stops.stop).including_stops()
     } else {
-        TextStream::new(&request.stop)
+        TextStream::new(&request.stops.stop)
     }
 }
 
 /// The request's logit adjustments, with fresh output counts.
 fn adjustments(request: &PendingRequest) -> Option<LogitAdjust> {
-    LogitAdjust::new(&request.sampling, &request.prompt, request.min_tokens, &request.stop_token_ids)
+    LogitAdjust::new(&request.sampling, &request.prompt, request.stops.min_tokens, &request.stops.stop_token_ids)
 }
 
 fn ms(d: std::time::Duration) -> f64 {

@@ -66,14 +66,14 @@ impl<E: Executor> Scheduler<E> {
         }
         if let Some(refusal) = self.refused_at_head(&request) {
             (0..request.n).for_each(|_| self.queue.finish_one());
-            if let Some(started) = request.started.take() {
+            if let Some(started) = request.queueing.started.take() {
                 let _ = started.send(Err(refusal.clone()));
             }
             // A caller that never awaited the start signal learns it from the stream.
             request.finish_unstarted(FinishReason::Error, Some(refusal.to_string()));
             return None;
         }
-        if let Some(started) = request.started.take() {
+        if let Some(started) = request.queueing.started.take() {
             let _ = started.send(Ok(()));
         }
         Some(request)
@@ -88,7 +88,7 @@ impl<E: Executor> Scheduler<E> {
         let reused = self.kv.load_prefix(&mut self.executor, &self.stats, &self.running, slot, reusable);
         self.stats.record_prefix_query(request.prompt.len(), reused);
         self.executor.truncate_sequence(slot, reused as u32);
-        self.executor.start_sequence(slot, &request.sampling, request.ignore_eos);
+        self.executor.start_sequence(slot, &request.sampling, request.stops.ignore_eos);
         let choices: Vec<PendingRequest> = (1..request.n).map(|index| request.choice(index)).collect();
         let mut seq = Sequence::new(request, reused as u32);
         seq.find_start_forced(self.executor.ctx_per_sequence());
@@ -108,7 +108,7 @@ impl<E: Executor> Scheduler<E> {
             let Some(slot) = self.kv.free_slot(&self.running, &[]) else { break };
             // The slot's cached prefix is about to be overwritten by the fork's copy.
             self.kv.clear_for_copy(&mut self.executor, &self.stats, slot);
-            self.executor.start_sequence(slot, &choice.sampling, choice.ignore_eos);
+            self.executor.start_sequence(slot, &choice.sampling, choice.stops.ignore_eos);
             let mut seq = Sequence::new(choice, 0);
             seq.wait_for_fork();
             self.drafter.reset(slot);
@@ -127,10 +127,10 @@ impl<E: Executor> Scheduler<E> {
     /// route has held the response back, so the refusal is still a 429.
     fn refused_at_head(&self, request: &PendingRequest) -> Option<Rejected> {
         let limit_ms = self.costs.wait.max_queue_ms?;
-        request.started.as_ref()?;
+        request.queueing.started.as_ref()?;
         let now = Instant::now();
-        let waited_ms = now.saturating_duration_since(request.submitted).as_secs_f64() * 1000.0;
-        let predicted_ms = waited_ms + self.costs.step.costs().own_first_token_ms(request.expected_prefill);
+        let waited_ms = now.saturating_duration_since(request.queueing.submitted).as_secs_f64() * 1000.0;
+        let predicted_ms = waited_ms + self.costs.step.costs().own_first_token_ms(request.queueing.expected_prefill);
         (predicted_ms > limit_ms as f64).then_some(Rejected::WaitedTooLong {
             waited_ms: waited_ms as u64,
             predicted_ms: predicted_ms as u64,

@@ -19,8 +19,8 @@ fn bounded(limit_ms: u64) -> Harness {
 fn queued(h: &mut Harness, prompt: &str, waited: Duration) -> (Events, Started) {
     let (started, signal) = oneshot::channel();
     let events = h.submit_with(prompt, 4, |r| {
-        r.submitted = Instant::now() - waited;
-        r.started = Some(started);
+        r.queueing.submitted = Instant::now() - waited;
+        r.queueing.started = Some(started);
     });
     (events, signal)
 }
@@ -62,7 +62,8 @@ fn a_request_whose_wait_ran_out_is_refused_at_the_head_and_the_next_one_starts()
 fn without_a_start_signal_nothing_is_refused_at_the_head() {
     // Requests queued without a signal (no bound asked for at submit) are never checked.
     let mut h = bounded(1000);
-    let mut events = h.submit_with("waited long", 4, |r| r.submitted = Instant::now() - Duration::from_secs(5));
+    let mut events =
+        h.submit_with("waited long", 4, |r| r.queueing.submitted = Instant::now() - Duration::from_secs(5));
     h.run_to_idle();
     assert_eq!(drain(&mut events).1.finish_reason, FinishReason::Length);
 }
