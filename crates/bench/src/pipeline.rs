@@ -15,7 +15,7 @@ use crate::protocol::Protocol;
 use crate::results::context::{self, RunContext};
 use crate::results::result::{self, BenchResult, LoadDescription, LoadMode, RunFacts, Slos};
 use crate::results::slo::Calibration;
-use crate::run::plan::{Amount, LevelPlan, Load};
+use crate::run::plan::{Amount, Endpoints, LevelPlan, Load, PromptShare};
 use crate::run::saved_sessions::SessionRecorder;
 use crate::run::{self as run_stage, model_status, record, server_metrics, shard, targets};
 use crate::workload::spec::{BodyOptions, PromptSpec, RequestSpec};
@@ -231,20 +231,15 @@ fn one_at_a_time(
     body: BodyOptions,
 ) -> Arc<LevelPlan> {
     Arc::new(LevelPlan {
-        targets: Arc::clone(&setup.targets),
-        protocol: setup.protocol,
-        api_key: args.api_key.clone(),
+        endpoints: endpoints(args, setup),
         workload: Arc::new(workload),
         body,
         load: Load::Concurrency(1),
         amount: Amount::Requests(count),
         max_inflight: None,
-        timeout: setup.timeout,
         seed: args.seed,
         progress: false,
-        first_prompt: 0,
-        level_prompts: count,
-        prompt_repeats: 1,
+        prompts: PromptShare { first_prompt: 0, level_prompts: count, prompt_repeats: 1 },
         shard: None,
         save_sessions: None,
     })
@@ -352,22 +347,32 @@ fn watch_models(
     (stop, tokio::spawn(watch))
 }
 
-fn level_plan(args: &BenchArgs, setup: &Setup, prepared: &Prepared, level: usize, load: Load) -> LevelPlan {
-    LevelPlan {
+/// The run's endpoints, for each level's plan.
+fn endpoints(args: &BenchArgs, setup: &Setup) -> Endpoints {
+    Endpoints {
         targets: Arc::clone(&setup.targets),
         protocol: setup.protocol,
         api_key: args.api_key.clone(),
+        timeout: setup.timeout,
+    }
+}
+
+fn level_plan(args: &BenchArgs, setup: &Setup, prepared: &Prepared, level: usize, load: Load) -> LevelPlan {
+    let prompts = PromptShare {
+        first_prompt: level * prepared.level_prompts,
+        level_prompts: prepared.level_prompts,
+        prompt_repeats: args.prompt_repeats as usize,
+    };
+    LevelPlan {
+        endpoints: endpoints(args, setup),
         workload: Arc::clone(&prepared.levels[level]),
         body: prepared.body.clone(),
         load,
         amount: setup.amount,
         max_inflight: args.max_inflight,
-        timeout: setup.timeout,
         seed: args.seed,
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
-        first_prompt: level * prepared.level_prompts,
-        level_prompts: prepared.level_prompts,
-        prompt_repeats: args.prompt_repeats as usize,
+        prompts,
         shard: args.shard,
         save_sessions: prepared.save_sessions.clone(),
     }

@@ -112,7 +112,7 @@ async fn open_loop(
         in_flight.fetch_add(1, Ordering::SeqCst);
         let (client, plan, in_flight, bar) = (client.clone(), Arc::clone(plan), Arc::clone(&in_flight), bar.clone());
         tasks.spawn(async move {
-            let record = plan.send(&client, plan.spec(i), i, plan.targets.pick(), start, scheduled_ms).await;
+            let record = plan.send(&client, plan.spec(i), i, plan.endpoints.targets.pick(), start, scheduled_ms).await;
             in_flight.fetch_sub(1, Ordering::SeqCst);
             bar.inc(1);
             (i, record)
@@ -154,7 +154,7 @@ async fn closed_loop(
                 }
                 // Closed loop: a request is "scheduled" when its worker is free.
                 let scheduled_ms = ms(start.elapsed());
-                let to = plan.targets.pick();
+                let to = plan.endpoints.targets.pick();
                 mine.push((i, plan.send(&client, plan.spec(i), i, to, start, scheduled_ms).await));
                 bar.inc(1);
             }

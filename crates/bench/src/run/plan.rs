@@ -32,17 +32,32 @@ pub enum Amount {
 }
 
 pub struct LevelPlan {
-    pub targets: Arc<crate::run::targets::Targets>,
-    pub protocol: Protocol,
-    pub api_key: Option<String>,
+    pub endpoints: Endpoints,
     pub workload: Arc<Workload>,
     pub body: BodyOptions,
     pub load: Load,
     pub amount: Amount,
     pub max_inflight: Option<usize>,
-    pub timeout: Duration,
     pub seed: u64,
     pub progress: bool,
+    pub prompts: PromptShare,
+    /// Send only this shard's arrivals of the schedule (indices stay the full run's).
+    pub shard: Option<crate::run::shard::Shard>,
+    /// `--save-sessions`: where sessions' requests are written as they are sent.
+    pub save_sessions: Option<Arc<crate::run::saved_sessions::SessionRecorder>>,
+}
+
+/// Where a level's requests go and how: the same for every level of a run.
+pub struct Endpoints {
+    pub targets: Arc<crate::run::targets::Targets>,
+    pub protocol: Protocol,
+    pub api_key: Option<String>,
+    pub timeout: Duration,
+}
+
+/// Which of the prompt pool's prompts a level sends, and how often each.
+#[derive(Debug, Clone, Copy)]
+pub struct PromptShare {
     /// Where in the prompt pool this level's share starts: each level of a sweep sends its
     /// own prompts, so no level finds the one before it in a server's prefix cache.
     pub first_prompt: usize,
@@ -51,10 +66,6 @@ pub struct LevelPlan {
     pub level_prompts: usize,
     /// Each prompt goes out this many times in a row (`--prompt-repeats`).
     pub prompt_repeats: usize,
-    /// Send only this shard's arrivals of the schedule (indices stay the full run's).
-    pub shard: Option<crate::run::shard::Shard>,
-    /// `--save-sessions`: where sessions' requests are written as they are sent.
-    pub save_sessions: Option<Arc<crate::run::saved_sessions::SessionRecorder>>,
 }
 
 impl LevelPlan {
@@ -62,8 +73,8 @@ impl LevelPlan {
     pub fn spec(&self, i: usize) -> &RequestSpec {
         match &*self.workload {
             Workload::Requests(specs) => {
-                let prompt = (i / self.prompt_repeats.max(1)) % self.level_prompts.max(1);
-                &specs[(self.first_prompt + prompt) % specs.len()]
+                let prompt = (i / self.prompts.prompt_repeats.max(1)) % self.prompts.level_prompts.max(1);
+                &specs[(self.prompts.first_prompt + prompt) % specs.len()]
             }
             Workload::Trace(requests) => &requests[i].spec,
             Workload::Sessions(_) => unreachable!("sessions are driven by session::run"),
@@ -88,8 +99,8 @@ impl LevelPlan {
             }
             _ => spec,
         };
-        let body = request_body(self.protocol, spec, &self.body);
-        let _in_flight = self.targets.begin(to);
+        let body = request_body(self.endpoints.protocol, spec, &self.body);
+        let _in_flight = self.endpoints.targets.begin(to);
         let mut record = send(&target(client, self, to), &body, start, scheduled_ms).await;
         record.place.model = body["model"].as_str().map(Arc::from);
         record.place.index = index;
@@ -110,6 +121,12 @@ impl LevelPlan {
 }
 
 pub fn target<'a>(client: &'a reqwest::Client, plan: &'a LevelPlan, to: usize) -> Target<'a> {
-    let url = plan.targets.url(to);
-    Target { client, url, protocol: plan.protocol, api_key: plan.api_key.as_deref(), timeout: plan.timeout }
+    let url = plan.endpoints.targets.url(to);
+    Target {
+        client,
+        url,
+        protocol: plan.endpoints.protocol,
+        api_key: plan.endpoints.api_key.as_deref(),
+        timeout: plan.endpoints.timeout,
+    }
 }

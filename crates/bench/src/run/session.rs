@@ -134,7 +134,7 @@ async fn play(
 ) -> Played {
     let session = &sessions[i];
     // A conversation stays on one endpoint, where its KV is.
-    let to = plan.targets.pick();
+    let to = plan.endpoints.targets.pick();
     let mut history = Vec::new();
     let mut records = Vec::with_capacity(session.turns.len());
     for (t, turn) in session.turns.iter().enumerate() {
