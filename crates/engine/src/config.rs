@@ -36,25 +36,13 @@ pub struct EngineConfig {
     pub chat_template: Option<String>,
     /// Speculative decoding: drafts from the sequence's own tokens (prompt lookup) or a
     /// draft model, verified in the batch, fed only where they pay (`speculation`).
-    pub speculative: Speculative,
-    /// The draft model's GGUF for `Speculative::Draft`: a smaller model with the same
-    /// vocabulary (llama-server's `--model-draft`).
-    pub draft_model_path: Option<PathBuf>,
-    /// Most tokens a draft model proposes for one sequence in one step (llama-server's
-    /// `--draft-max`).
-    pub draft_max: usize,
-    /// Tokens a draft model proposes for a sequence in every step at least, whatever the
-    /// measured costs say (llama-server's `--draft-min`); 0 leaves it to them.
-    pub draft_min: usize,
+    pub speculation: SpeculationConfig,
     /// The running streams' time-per-output-token objective (`--tpot-slo-ms`): a step
     /// beside generating sequences prefills only as many prompt tokens as keep each one's
     /// mean time per token within this, by the measured step costs (a prefill budget from
     /// the streams' slack; Sarathi-Serve sizes it per step).
     /// `None`: the whole `prefill_chunk`.
     pub tpot_slo_ms: Option<u32>,
-    /// How much slower per token any stream's step may get for the drafts of the streams
-    /// beside it (`--spec-max-slowdown`; with `tpot_slo_ms` the objective bounds it instead).
-    pub spec_max_slowdown: f64,
     /// Price steps with fixed costs instead of measured ones, and never widen prefills
     /// (`--fixed-step-prices`): what a step holds (drafts, forced tokens, prompt chunks)
     /// then depends on the requests alone, not on this machine's timing, so greedy
@@ -74,6 +62,36 @@ pub struct Inherited {
     /// The model's prefix cache, kept across its engines' stops (`KeptPrefixes`); `None`:
     /// an engine starts with an empty one and drops it when it stops.
     pub prefixes: Option<KeptPrefixes>,
+}
+
+/// How speculative decoding drafts, how deep, and what its drafts may cost other streams.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpeculationConfig {
+    pub mode: Speculative,
+    /// The draft model's GGUF for `Speculative::Draft`: a smaller model with the same
+    /// vocabulary (llama-server's `--model-draft`).
+    pub draft_model_path: Option<PathBuf>,
+    /// Most tokens a draft model proposes for one sequence in one step (llama-server's
+    /// `--draft-max`).
+    pub draft_max: usize,
+    /// Tokens a draft model proposes for a sequence in every step at least, whatever the
+    /// measured costs say (llama-server's `--draft-min`); 0 leaves it to them.
+    pub draft_min: usize,
+    /// How much slower per token any stream's step may get for the drafts of the streams
+    /// beside it (`--spec-max-slowdown`; with `tpot_slo_ms` the objective bounds it instead).
+    pub max_slowdown: f64,
+}
+
+impl Default for SpeculationConfig {
+    fn default() -> Self {
+        Self {
+            mode: Speculative::default(),
+            draft_model_path: None,
+            draft_max: 8,
+            draft_min: 0,
+            max_slowdown: DEFAULT_SPEC_MAX_SLOWDOWN,
+        }
+    }
 }
 
 /// How tokens are drafted for speculative decoding.
@@ -102,12 +120,8 @@ impl EngineConfig {
             host_cache_bytes: DEFAULT_HOST_CACHE_MIB << 20,
             max_queue_ms: None,
             chat_template: None,
-            speculative: Speculative::default(),
-            draft_model_path: None,
-            draft_max: 8,
-            draft_min: 0,
+            speculation: SpeculationConfig::default(),
             tpot_slo_ms: None,
-            spec_max_slowdown: DEFAULT_SPEC_MAX_SLOWDOWN,
             fixed_step_prices: false,
             inherit: Inherited::default(),
         }
@@ -120,8 +134,9 @@ impl EngineConfig {
         self.ctx_per_sequence = self.ctx_per_sequence.max(16);
         // Every running sequence needs room for its decode token in each step.
         self.prefill_chunk = self.prefill_chunk.max(self.max_running).max(16);
-        self.draft_max = self.draft_max.clamp(1, rillm_backend::DRAFT_POSITIONS);
-        self.spec_max_slowdown = self.spec_max_slowdown.max(1.0);
+        let speculation = &mut self.speculation;
+        speculation.draft_max = speculation.draft_max.clamp(1, rillm_backend::DRAFT_POSITIONS);
+        speculation.max_slowdown = speculation.max_slowdown.max(1.0);
         self
     }
 }

@@ -74,7 +74,7 @@ impl Engine {
     pub(crate) fn start_loaded(model: Arc<LlamaModelHandle>, config: EngineConfig) -> Result<Self, EngineError> {
         let config = config.normalized();
         let started = Instant::now();
-        let draft_model = match (config.speculative, &config.draft_model_path) {
+        let draft_model = match (config.speculation.mode, &config.speculation.draft_model_path) {
             (Speculative::Draft, Some(path)) => Some(load_weights(path, config.gpu_layers)?),
             (Speculative::Draft, None) => {
                 return Err(EngineError::Config("speculative decoding with a draft model needs its path".into()))
@@ -415,11 +415,12 @@ fn scheduler_config(config: &EngineConfig) -> SchedulerConfig {
         host_cache_bytes: config.host_cache_bytes,
         forecast_prefixes: config.max_queue_ms.is_some(),
         max_queue_ms: config.max_queue_ms,
-        speculative: config.speculative != Speculative::Off,
-        draft_tokens: (config.speculative == Speculative::Draft).then_some((config.draft_min, config.draft_max)),
+        speculative: config.speculation.mode != Speculative::Off,
+        draft_tokens: (config.speculation.mode == Speculative::Draft)
+            .then_some((config.speculation.draft_min, config.speculation.draft_max)),
         tpot_slo_ms: config.tpot_slo_ms,
         draft_guard: FairnessGuard {
-            max_slowdown: config.spec_max_slowdown,
+            max_slowdown: config.speculation.max_slowdown,
             tpot_ms: config.tpot_slo_ms.map(f64::from),
         },
         fixed_step_prices: config.fixed_step_prices,

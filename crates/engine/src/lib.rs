@@ -44,7 +44,7 @@ mod stats;
 mod supervise;
 
 pub use chat::ChatTemplate;
-pub use config::{EngineConfig, Inherited, Speculative, DEFAULT_HOST_CACHE_MIB};
+pub use config::{EngineConfig, Inherited, SpeculationConfig, Speculative, DEFAULT_HOST_CACHE_MIB};
 pub use embedding::{Embedder, Pooling};
 pub use engine::Engine;
 pub use error::EngineError;

@@ -405,7 +405,7 @@ fn streams_drafting_side_by_side_keep_their_greedy_outputs() {
     let run = |speculative| {
         let mut config = EngineConfig::new(model_path());
         config.max_running = 4;
-        config.speculative = speculative;
+        config.speculation.mode = speculative;
         let engine = Engine::start(config).expect("engine starts");
         let streams: Vec<_> =
             prompts.iter().map(|prompt| engine.submit(with_tops(greedy(prompt, 40))).unwrap()).collect();
@@ -431,7 +431,7 @@ fn drafts_that_would_slow_a_stream_beside_them_are_cut_and_every_output_keeps() 
     let run = |speculative| {
         let mut config = EngineConfig::new(model_path());
         config.max_running = 5;
-        config.speculative = speculative;
+        config.speculation.mode = speculative;
         let engine = Engine::start(config).expect("engine starts");
         let ask = |prompt: &str, tokens| {
             let mut request = with_tops(greedy(prompt, tokens));
@@ -530,9 +530,9 @@ fn a_draft_model_s_tokens_are_verified_and_the_greedy_output_is_the_targets() {
     let (plain, _) = run_with_logprobs(rillm_engine::Speculative::Off, story);
     let (drafted, stats) = run_configured(
         |config| {
-            config.speculative = rillm_engine::Speculative::Draft;
-            config.draft_model_path = Some(model_path());
-            (config.draft_min, config.draft_max) = (4, 4);
+            config.speculation.mode = rillm_engine::Speculative::Draft;
+            config.speculation.draft_model_path = Some(model_path());
+            (config.speculation.draft_min, config.speculation.draft_max) = (4, 4);
         },
         story,
     );
@@ -544,7 +544,7 @@ fn a_draft_model_s_tokens_are_verified_and_the_greedy_output_is_the_targets() {
     assert_parts_only_at_a_tie(&plain, &drafted, None);
     // Without its path the engine does not start, and says why.
     let mut config = EngineConfig::new(model_path());
-    config.speculative = rillm_engine::Speculative::Draft;
+    config.speculation.mode = rillm_engine::Speculative::Draft;
     let error = Engine::start(config).err().expect("refused").to_string();
     assert!(error.contains("draft model") && error.contains("path"), "{error}");
 }
@@ -556,7 +556,7 @@ fn run_with_logprobs(
     speculative: rillm_engine::Speculative,
     request: impl FnOnce() -> GenerateRequest,
 ) -> (Scored, rillm_engine::StatsSnapshot) {
-    run_configured(|config| config.speculative = speculative, request)
+    run_configured(|config| config.speculation.mode = speculative, request)
 }
 
 /// `run_with_logprobs` on an engine set up as `adjust` says.

@@ -108,7 +108,7 @@ fn a_penalised_greedy_output_is_the_same_with_and_without_speculation() {
     let prompt = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3,";
     let run = |speculative| {
         let mut config = EngineConfig::new(model_path());
-        config.speculative = speculative;
+        config.speculation.mode = speculative;
         let engine = Engine::start(config).expect("engine starts");
         let mut request = with(greedy(prompt, 60), |s| s.penalties = penalties);
         request.logprobs = Some(5);

@@ -50,12 +50,12 @@ pub struct ModelArgs {
     pub draft_model: Option<PathBuf>,
     /// Most tokens the draft model proposes for a sequence in one step; fewer are fed where
     /// the measured acceptance and costs say so.
-    #[arg(long, value_name = "N", default_value_t = engine_defaults().draft_max as u32,
+    #[arg(long, value_name = "N", default_value_t = engine_defaults().speculation.draft_max as u32,
           value_parser = clap::value_parser!(u32).range(1..=64))]
     pub draft_max: u32,
     /// Tokens the draft model proposes for a sequence in every step at least, whatever the
     /// measured costs say (0: as they say).
-    #[arg(long, value_name = "N", default_value_t = engine_defaults().draft_min as u32,
+    #[arg(long, value_name = "N", default_value_t = engine_defaults().speculation.draft_min as u32,
           value_parser = clap::value_parser!(u32).range(0..=64))]
     pub draft_min: u32,
     /// Time-per-output-token objective of running streams, in ms: a step beside them
@@ -69,7 +69,7 @@ pub struct ModelArgs {
     /// expected time per token within this factor of the step without them (with
     /// --tpot-slo-ms, within the objective instead). A large value trades any stream's
     /// latency for throughput.
-    #[arg(long, value_name = "FACTOR", default_value_t = engine_defaults().spec_max_slowdown)]
+    #[arg(long, value_name = "FACTOR", default_value_t = engine_defaults().speculation.max_slowdown)]
     pub spec_max_slowdown: f64,
     /// Price steps with fixed costs instead of measured ones, and never widen prefills: a
     /// step's make-up then depends on the requests alone, not on this machine's timing, so
@@ -123,7 +123,7 @@ impl ModelArgs {
         // Beside the models: what the start-up probe measured here, so it runs once per
         // model, CPU and thread count, not at every start or load.
         config.inherit.measurements_dir = rillm_models::cache_dir().ok();
-        config.speculative = match (self.speculative, &self.draft_model) {
+        config.speculation.mode = match (self.speculative, &self.draft_model) {
             (Some(SpeculativeArg::Draft), None) => anyhow::bail!("--speculative draft needs --draft-model FILE"),
             (Some(SpeculativeArg::Off | SpeculativeArg::Ngram), Some(_)) => {
                 anyhow::bail!("--draft-model is used only with --speculative draft")
@@ -132,11 +132,11 @@ impl ModelArgs {
             (Some(SpeculativeArg::Off), None) => rillm_engine::Speculative::Off,
             (Some(SpeculativeArg::Ngram) | None, None) => rillm_engine::Speculative::Ngram,
         };
-        config.draft_model_path = self.draft_model.clone();
-        config.draft_max = self.draft_max as usize;
-        config.draft_min = self.draft_min as usize;
+        config.speculation.draft_model_path = self.draft_model.clone();
+        config.speculation.draft_max = self.draft_max as usize;
+        config.speculation.draft_min = self.draft_min as usize;
         config.tpot_slo_ms = self.tpot_slo_ms;
-        config.spec_max_slowdown = self.spec_max_slowdown;
+        config.speculation.max_slowdown = self.spec_max_slowdown;
         config.fixed_step_prices = self.fixed_step_prices;
         if let Some(path) = &self.chat_template_file {
             let source = std::fs::read_to_string(path)

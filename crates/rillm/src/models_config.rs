@@ -105,8 +105,8 @@ impl ModelSettings {
             base.chat_template = Some(template.clone());
         }
         if let Some(draft) = &self.draft_model {
-            base.draft_model_path = Some(draft.clone());
-            base.speculative = Speculative::Draft;
+            base.speculation.draft_model_path = Some(draft.clone());
+            base.speculation.mode = Speculative::Draft;
         }
         base
     }
@@ -229,8 +229,8 @@ mod tests {
         let config = chat.settings.apply(EngineConfig::new("chat.gguf"));
         assert_eq!((config.ctx_per_sequence, config.max_running, config.threads), (4096, 8, 1));
         assert_eq!(config.chat_template.as_deref(), Some("{{ messages }}"));
-        assert_eq!(config.speculative, Speculative::Draft);
-        assert_eq!(config.draft_model_path, Some(PathBuf::from("/abs/draft.gguf")));
+        assert_eq!(config.speculation.mode, Speculative::Draft);
+        assert_eq!(config.speculation.draft_model_path, Some(PathBuf::from("/abs/draft.gguf")));
         let embed = &models[1];
         assert_eq!(embed.path, PathBuf::from("all-minilm-l6-v2"), "a known model's name stays a name");
         assert_eq!(embed.settings.pooling, Some(Pooling::Cls));

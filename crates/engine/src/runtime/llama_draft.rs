@@ -56,7 +56,7 @@ impl<'m> DraftContext<'m> {
     /// reads and writes text with the same tokens as `target`.
     pub fn new(draft: &'m LlamaModel, target: &LlamaModel, config: &EngineConfig) -> Result<Self, EngineError> {
         same_vocabulary(draft, target).map_err(|reason| EngineError::Model {
-            path: config.draft_model_path.clone().unwrap_or_default(),
+            path: config.speculation.draft_model_path.clone().unwrap_or_default(),
             reason: format!("cannot draft for the target model: {reason}"),
         })?;
         let n_batch = CATCH_UP_PER_CALL.max(config.max_running) as u32;
