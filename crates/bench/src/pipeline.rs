@@ -401,8 +401,8 @@ fn per_level_workloads(workload: Workload, per_level: Option<usize>, levels: usi
 fn estimate_output_tokens(counter: &tokens::TokenCounter, records: &mut [record::RequestRecord]) {
     for r in records.iter_mut().filter(|r| r.status == record::Status::Completed && r.tokens().is_none()) {
         if let Some(n) = counter.count_output(&r.reply.text) {
-            r.tokens.completion_tokens = Some(n);
-            r.tokens.tokens_estimated = true;
+            r.usage.completion_tokens = Some(n);
+            r.usage.tokens_estimated = true;
         }
     }
 }

@@ -106,8 +106,8 @@ pub(crate) fn per_turn(done: &[&RequestRecord]) -> Vec<TurnSummary> {
                 turn,
                 completed: at.len(),
                 ttft_ms: Distribution::of(at.iter().filter_map(|r| r.timing.ttft_ms)),
-                mean_prompt_tokens: mean(at.iter().filter_map(|r| r.tokens.prompt_tokens).map(f64::from)),
-                mean_cached_tokens: mean(at.iter().filter_map(|r| r.tokens.cached_tokens).map(f64::from)),
+                mean_prompt_tokens: mean(at.iter().filter_map(|r| r.usage.prompt_tokens).map(f64::from)),
+                mean_cached_tokens: mean(at.iter().filter_map(|r| r.usage.cached_tokens).map(f64::from)),
             }
         })
         .collect()

@@ -122,19 +122,19 @@ impl RequestJson {
             retry_after_s: r.retry_after_s,
             ttft_ms: r.timing.ttft_ms.map(r3),
             ttft_from_schedule_ms: r.timing.ttft_ms.map(|t| r3(t + r.dispatch_lag_ms())),
-            time_to_first_answer_ms: (r.tokens.reasoning_chars > 0).then_some(r.timing.ttfat_ms.map(r3)).flatten(),
-            reasoning_chars: r.tokens.reasoning_chars,
-            reasoning_tokens: r.tokens.reasoning_tokens.filter(|&t| t > 0),
+            time_to_first_answer_ms: (r.usage.reasoning_chars > 0).then_some(r.timing.ttfat_ms.map(r3)).flatten(),
+            reasoning_chars: r.usage.reasoning_chars,
+            reasoning_tokens: r.usage.reasoning_tokens.filter(|&t| t > 0),
             event_gaps_ms: streamed.then(|| r.timing.event_gaps_ms.iter().copied().map(r3).collect()),
             e2e_ms: r3(r.timing.e2e_ms),
             e2e_from_schedule_ms: r3(if sent { r.timing.e2e_ms + r.dispatch_lag_ms() } else { 0.0 }),
             text: streamed.then(|| r.reply.text.clone()),
             content_events: streamed.then_some(r.timing.content_events),
             completion_tokens: r.tokens(),
-            completion_tokens_estimated: r.tokens.tokens_estimated,
+            completion_tokens_estimated: r.usage.tokens_estimated,
             resent: r.resent,
-            prompt_tokens: r.tokens.prompt_tokens,
-            cached_tokens: r.tokens.cached_tokens,
+            prompt_tokens: r.usage.prompt_tokens,
+            cached_tokens: r.usage.cached_tokens,
             tpot_ms: r.tpot_ms().map(r3),
             scheduled_ms: r3(r.timing.scheduled_ms),
             sent_ms: r3(r.timing.sent_ms),
@@ -179,7 +179,7 @@ impl RequestJson {
                 content_events: self.content_events.unwrap_or(0),
                 e2e_ms: self.e2e_ms,
             },
-            tokens: TokenCounts {
+            usage: TokenCounts {
                 prompt_tokens: self.prompt_tokens,
                 cached_tokens: self.cached_tokens,
                 completion_tokens: self.completion_tokens,
@@ -433,7 +433,7 @@ pub fn build(facts: RunFacts) -> BenchResult {
     };
     let known_tokens: Vec<u32> = done.iter().filter_map(|r| r.tokens()).collect();
     let tokens: Option<u64> = (!known_tokens.is_empty()).then(|| known_tokens.iter().map(|&t| u64::from(t)).sum());
-    let known_prompts: Vec<u32> = done.iter().filter_map(|r| r.tokens.prompt_tokens).collect();
+    let known_prompts: Vec<u32> = done.iter().filter_map(|r| r.usage.prompt_tokens).collect();
     let prompt_tokens: Option<u64> =
         (!known_prompts.is_empty()).then(|| known_prompts.iter().map(|&t| u64::from(t)).sum());
     let lag = Distribution::of(sent_records.iter().map(|r| r.dispatch_lag_ms()));
@@ -443,7 +443,7 @@ pub fn build(facts: RunFacts) -> BenchResult {
     let itl: Vec<f64> = done.iter().filter_map(|r| r.token_gaps_ms()).flatten().collect();
     let meeting_all = done.iter().filter(|r| facts.slos.all_met(r, open_loop)).count();
     let meeting_all_from_send = done.iter().filter(|r| facts.slos.all_met(r, false)).count();
-    let reasoning = done.iter().any(|r| r.tokens.reasoning_chars > 0);
+    let reasoning = done.iter().any(|r| r.usage.reasoning_chars > 0);
 
     let latency = Latencies {
         ttft_ms: Distribution::of(done.iter().filter_map(|r| r.timing.ttft_ms)),
@@ -545,21 +545,21 @@ pub fn build(facts: RunFacts) -> BenchResult {
 
 fn token_summary(sent: &[&RequestRecord], done: &[&RequestRecord]) -> TokenSummary {
     let reporting: Vec<(u32, u32)> =
-        done.iter().filter_map(|r| Some((r.tokens.cached_tokens?, r.tokens.prompt_tokens?))).collect();
+        done.iter().filter_map(|r| Some((r.usage.cached_tokens?, r.usage.prompt_tokens?))).collect();
     let prompt_sum: u64 = reporting.iter().map(|&(_, p)| u64::from(p)).sum();
     let cached_sum: u64 = reporting.iter().map(|&(c, _)| u64::from(c)).sum();
     TokenSummary {
-        mean_input_tokens: mean(sent.iter().filter_map(|r| r.tokens.prompt_tokens).map(f64::from)),
+        mean_input_tokens: mean(sent.iter().filter_map(|r| r.usage.prompt_tokens).map(f64::from)),
         mean_output_tokens: mean(done.iter().filter_map(|r| r.tokens()).map(f64::from)),
         mean_reasoning_tokens: done
             .iter()
-            .any(|r| r.tokens.reasoning_tokens > Some(0))
-            .then(|| mean(done.iter().filter_map(|r| r.tokens.reasoning_tokens).map(f64::from)))
+            .any(|r| r.usage.reasoning_tokens > Some(0))
+            .then(|| mean(done.iter().filter_map(|r| r.usage.reasoning_tokens).map(f64::from)))
             .flatten(),
         prefix_cache_hit_pct: (prompt_sum > 0).then(|| 100.0 * cached_sum as f64 / prompt_sum as f64),
         requests_reporting_cached_tokens: reporting.len(),
         requests_without_token_count: done.iter().filter(|r| r.tokens().is_none()).count(),
-        requests_with_estimated_tokens: done.iter().filter(|r| r.tokens.tokens_estimated).count(),
+        requests_with_estimated_tokens: done.iter().filter(|r| r.usage.tokens_estimated).count(),
     }
 }
 

@@ -11,7 +11,7 @@ pub(crate) fn completed(scheduled_ms: f64, lag_ms: f64, ttft_ms: f64, e2e_ms: f6
     record.timing.sent_ms = scheduled_ms + lag_ms;
     record.timing.ttft_ms = Some(ttft_ms);
     record.timing.e2e_ms = e2e_ms;
-    record.tokens.completion_tokens = Some(tokens);
+    record.usage.completion_tokens = Some(tokens);
     record
 }
 

@@ -46,7 +46,7 @@ impl Calibration {
         let points: Vec<(f64, f64)> = records
             .iter()
             .filter(|r| r.status == Status::Completed)
-            .filter_map(|r| Some((f64::from(r.tokens.prompt_tokens?), r.timing.ttft_ms?)))
+            .filter_map(|r| Some((f64::from(r.usage.prompt_tokens?), r.timing.ttft_ms?)))
             .collect();
         let mut tpots: Vec<f64> =
             records.iter().filter(|r| r.status == Status::Completed).filter_map(|r| r.tpot_ms()).collect();
@@ -110,7 +110,7 @@ impl Slos {
     pub(crate) fn ttft_met(&self, r: &RequestRecord, from_schedule: bool) -> bool {
         let lag = if from_schedule { r.dispatch_lag_ms() } else { 0.0 };
         r.status == Status::Completed
-            && r.timing.ttft_ms.is_some_and(|t| t + lag <= self.ttft_limit_ms(r.tokens.prompt_tokens))
+            && r.timing.ttft_ms.is_some_and(|t| t + lag <= self.ttft_limit_ms(r.usage.prompt_tokens))
     }
 
     /// Every SLO given is met. A TPOT SLO with no token count is not met.
@@ -130,7 +130,7 @@ mod tests {
     fn with_prompt(prompt_tokens: u32, ttft_ms: f64) -> RequestRecord {
         // 11 tokens, 200 ms after the first: a TPOT of 20 ms.
         let mut record = completed(0.0, 0.0, ttft_ms, ttft_ms + 200.0, 11);
-        record.tokens.prompt_tokens = Some(prompt_tokens);
+        record.usage.prompt_tokens = Some(prompt_tokens);
         record
     }
 

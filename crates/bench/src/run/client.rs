@@ -109,7 +109,7 @@ async fn exchange(target: &Target<'_>, body: &Value, sent: Instant, record: &mut
             for delta in chunk.tool_calls {
                 crate::protocol::tool_calls::assemble(&mut record.reply.tool_calls, delta);
             }
-            record.tokens.reasoning_chars += chunk.reasoning.chars().count();
+            record.usage.reasoning_chars += chunk.reasoning.chars().count();
         }
         if let Some(usage) = chunk.usage {
             record.take_usage(usage);
@@ -155,8 +155,8 @@ async fn read_pooled(response: reqwest::Response, body: &Value, sent: Instant, r
     let answered = answer["data"].as_array().or_else(|| answer["results"].as_array()).map_or(0, |items| {
         items.iter().filter(|i| i.get("embedding").is_some() || i.get("relevance_score").is_some()).count()
     });
-    record.tokens.prompt_tokens = answer["usage"]["prompt_tokens"].as_u64().and_then(|t| u32::try_from(t).ok());
-    record.tokens.completion_tokens = Some(0);
+    record.usage.prompt_tokens = answer["usage"]["prompt_tokens"].as_u64().and_then(|t| u32::try_from(t).ok());
+    record.usage.completion_tokens = Some(0);
     record.timing.content_events = answered;
     if answered != sent_inputs {
         record.error = Some(format!("the answer holds {answered} results for {sent_inputs} inputs"));

@@ -105,7 +105,7 @@ impl LevelPlan {
         record.place.model = body["model"].as_str().map(Arc::from);
         record.place.index = index;
         record.place.target = to;
-        record.tokens.prompt_tokens = record.tokens.prompt_tokens.or(spec.prompt_tokens);
+        record.usage.prompt_tokens = record.usage.prompt_tokens.or(spec.prompt_tokens);
         // A reply that called tools is no answer: only one without calls is checked (with
         // `--final-schema` beside tools, the typed final answer).
         let answered = record.status == Status::Completed && record.reply.tool_calls.is_empty();

@@ -32,7 +32,8 @@ pub struct RequestRecord {
     /// Why the server ended it, where its stream said (`length`: cut by `max_tokens`).
     pub finish_reason: Option<String>,
     pub timing: StreamTiming,
-    pub tokens: TokenCounts,
+    /// Its token counts (named apart from `tokens()`, the generated count however known).
+    pub usage: TokenCounts,
     pub reply: Reply,
 }
 
@@ -116,17 +117,17 @@ impl RequestRecord {
             resent: false,
             finish_reason: None,
             timing: StreamTiming { scheduled_ms, sent_ms: scheduled_ms, ..StreamTiming::default() },
-            tokens: TokenCounts::default(),
+            usage: TokenCounts::default(),
             reply: Reply::default(),
         }
     }
 
     pub(crate) fn take_usage(&mut self, usage: UsageInfo) {
-        let tokens = &mut self.tokens;
-        tokens.completion_tokens = usage.completion_tokens.or(tokens.completion_tokens);
-        tokens.prompt_tokens = usage.prompt_tokens.or(tokens.prompt_tokens);
-        tokens.cached_tokens = usage.cached_tokens.or(tokens.cached_tokens);
-        tokens.reasoning_tokens = usage.reasoning_tokens.or(tokens.reasoning_tokens);
+        let counts = &mut self.usage;
+        counts.completion_tokens = usage.completion_tokens.or(counts.completion_tokens);
+        counts.prompt_tokens = usage.prompt_tokens.or(counts.prompt_tokens);
+        counts.cached_tokens = usage.cached_tokens.or(counts.cached_tokens);
+        counts.reasoning_tokens = usage.reasoning_tokens.or(counts.reasoning_tokens);
     }
 
     pub fn dispatch_lag_ms(&self) -> f64 {
@@ -135,7 +136,7 @@ impl RequestRecord {
 
     /// Generated tokens: the server's usage, else the token counts the events carried.
     pub fn tokens(&self) -> Option<u32> {
-        self.tokens.completion_tokens.or_else(|| {
+        self.usage.completion_tokens.or_else(|| {
             let counted: Option<Vec<u32>> = self.timing.event_tokens.iter().copied().collect();
             counted.filter(|c| !c.is_empty()).map(|c| c.iter().sum())
         })
@@ -163,6 +164,6 @@ impl RequestRecord {
             }
             return Some(gaps);
         }
-        (self.tokens.completion_tokens == Some(timing.content_events as u32)).then(|| timing.event_gaps_ms.clone())
+        (self.usage.completion_tokens == Some(timing.content_events as u32)).then(|| timing.event_gaps_ms.clone())
     }
 }
