@@ -65,7 +65,7 @@ pub struct Inherited {
 }
 
 /// How speculative decoding drafts, how deep, and what its drafts may cost other streams.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct SpeculationConfig {
     pub mode: Speculative,
     /// The draft model's GGUF for `Speculative::Draft`: a smaller model with the same

@@ -104,7 +104,12 @@ impl PendingRequest {
     pub fn choice(&self, index: u32) -> Self {
         let mut sampling = self.sampling.clone();
         sampling.seed = sampling.seed.map(|seed| seed.wrapping_add(u64::from(index)));
-        let queueing = Queueing { submitted: self.queueing.submitted, ..Queueing::now(self.queueing.expected_prefill) };
+        let queueing = Queueing {
+            submitted: self.queueing.submitted,
+            expected_prefill: self.queueing.expected_prefill,
+            forecast_ms: None,
+            started: None,
+        };
         Self {
             index,
             prompt: self.prompt.clone(),

@@ -194,7 +194,7 @@ fn a_reply_that_cannot_open_a_call_is_the_answer_and_one_that_opens_it_calls() {
             "{script}: the prompt's last row and each draft's"
         );
         assert_eq!(batches.len(), steps, "{script}");
-        // They are no speculation: the counters and the slot's estimates are the drafter's.
+        // They are no speculation: the speculative decoding counters leave them out.
         assert_eq!(h.scheduler.stats.snapshot().speculation.draft_tokens, 0, "{script}");
     }
 }
